@@ -1,0 +1,42 @@
+# The two commands a newcomer needs: `make dev` and `make test`.
+# Each installs what it needs first (scripts/setup.sh skips what is there).
+
+export WRANGLER_SEND_METRICS := false
+export CLOUDFLARE_CF_FETCH_ENABLED := false
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+WRANGLER := node_modules/.bin/wrangler
+
+.PHONY: dev test setup build lint unit e2e bench
+
+## Serve the worker on http://localhost:8787 with local D1, Durable Objects
+## and Queues (state in .wrangler/), secrets from .dev.vars.
+dev: setup
+	test -f .dev.vars || cp .dev.vars.example .dev.vars
+	$(WRANGLER) d1 migrations apply DB --local
+	$(WRANGLER) dev --port 8787
+
+## Every check: format, lints, host unit tests, then the built worker
+## end to end in workerd (Miniflare) with real D1 and Durable Objects.
+test: setup lint unit build e2e
+
+setup:
+	sh scripts/setup.sh
+
+build:
+	sh scripts/build.sh
+
+lint:
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+	cargo clippy --target wasm32-unknown-unknown -- -D warnings
+
+unit:
+	cargo test
+
+e2e:
+	node --test --test-concurrency=1 tests/
+
+## Throughput and latency against a local worker; see BENCHMARKS.md.
+bench: setup build
+	node bench/run.mjs

@@ -1,0 +1,123 @@
+//! Configuration: `wrangler.toml` vars and secrets, read per request with a
+//! named error when something is wrong — a misconfigured worker answers 500
+//! with a log line saying which variable to fix, never panics.
+
+use std::fmt;
+use std::str::FromStr;
+
+use worker::Env;
+
+use crate::signature::Secrets;
+
+/// The Durable Object namespace of the event inboxes.
+pub const INBOX_BINDING: &str = "EVENT_INBOX";
+/// The D1 database holding the ledger and the business tables.
+pub const DB_BINDING: &str = "DB";
+
+/// A variable is missing or unreadable. The message names it; it never
+/// contains a secret's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What the receiving path needs.
+pub struct Limits {
+    /// Largest body accepted (`MAX_BODY_BYTES`, default 1 MiB).
+    pub max_body_bytes: usize,
+    /// Allowed clock distance of a signed timestamp (`SIGNATURE_TOLERANCE_SECS`, default 300).
+    pub tolerance_secs: u64,
+    /// Whether the `x-test-fault` header is honoured (`TEST_FAULTS = "enabled"`).
+    /// Only the end-to-end tests set it; in any deployment it is off.
+    pub test_faults: bool,
+}
+
+impl Limits {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Limits {
+            max_body_bytes: number(env, "MAX_BODY_BYTES", 1024 * 1024)?,
+            tolerance_secs: number(env, "SIGNATURE_TOLERANCE_SECS", 300)?,
+            test_faults: text(env, "TEST_FAULTS").as_deref() == Some("enabled"),
+        })
+    }
+}
+
+/// What the inbox needs to retry and to forget.
+pub struct InboxSettings {
+    /// How long an inbox remembers its event (`RETENTION_DAYS`, default 30):
+    /// longer than any provider retries (Stripe: 3 days).
+    pub retention_ms: i64,
+    /// The first retry delay of an unfinished effect (`EFFECT_RETRY_BASE_MS`,
+    /// default 10 s); it doubles per failure, up to an hour.
+    pub retry_base_ms: i64,
+    /// Failed effect attempts before the event is marked `failed`
+    /// (`EFFECT_MAX_ATTEMPTS`, default 10).
+    pub max_attempts: i64,
+}
+
+impl InboxSettings {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        // Fractional days are allowed (the tests forget events in seconds).
+        let days: f64 = number(env, "RETENTION_DAYS", 30.0)?;
+        Ok(InboxSettings {
+            retention_ms: (days * 24.0 * 60.0 * 60.0 * 1000.0) as i64,
+            retry_base_ms: number(env, "EFFECT_RETRY_BASE_MS", 10_000)?,
+            max_attempts: number(env, "EFFECT_MAX_ATTEMPTS", 10)?,
+        })
+    }
+
+    /// Delay before the retry that follows `failures` failed attempts.
+    pub fn backoff_ms(&self, failures: i64) -> i64 {
+        const CAP_MS: i64 = 60 * 60 * 1000;
+        let doublings = failures.saturating_sub(1).clamp(0, 20) as u32;
+        self.retry_base_ms
+            .saturating_mul(1 << doublings)
+            .min(CAP_MS)
+    }
+}
+
+/// A provider's secret(s), from a secret binding or (in local `.dev.vars`) a var.
+pub fn secrets(env: &Env, name: &str) -> Result<Secrets, ConfigError> {
+    text(env, name)
+        .and_then(|value| Secrets::parse(&value))
+        .ok_or_else(|| ConfigError(format!("{name} is not set: add it with `wrangler secret put {name}` (or to .dev.vars locally)")))
+}
+
+fn text(env: &Env, name: &str) -> Option<String> {
+    env.secret(name)
+        .map(|s| s.to_string())
+        .or_else(|_| env.var(name).map(|v| v.to_string()))
+        .ok()
+}
+
+fn number<T: FromStr>(env: &Env, name: &str, default: T) -> Result<T, ConfigError> {
+    match text(env, name) {
+        None => Ok(default),
+        Some(value) => value
+            .trim()
+            .parse()
+            .map_err(|_| ConfigError(format!("{name} must be a number, got {value:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_the_base_up_to_an_hour() {
+        let s = InboxSettings {
+            retention_ms: 0,
+            retry_base_ms: 1_000,
+            max_attempts: 10,
+        };
+        let delays: Vec<i64> = (1..=4).map(|n| s.backoff_ms(n)).collect();
+        assert_eq!(delays, vec![1_000, 2_000, 4_000, 8_000]);
+        assert_eq!(s.backoff_ms(0), 1_000);
+        assert_eq!(s.backoff_ms(40), 60 * 60 * 1000);
+    }
+}

@@ -1,0 +1,72 @@
+//! Stripe subscription events → `subscriptions`, newest state wins.
+//!
+//! Stripe does not deliver in order: an `updated` from before a `deleted` may
+//! arrive after it. Each row remembers the `created` time of the event that
+//! set it, and the upsert only overwrites a row with an event at least as new.
+//! At an equal second, a cancellation wins: it is the terminal state.
+
+use serde::Deserialize;
+
+use super::{parse, PlanError, Statement, StripeEvent};
+
+#[derive(Deserialize)]
+struct Subscription {
+    id: String,
+    customer: Option<String>,
+    status: String,
+}
+
+const SET_IF_NEWER: &str = "INSERT INTO subscriptions \
+     (id, customer_id, status, event_created, event_id, updated_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+     ON CONFLICT (id) DO UPDATE SET \
+       customer_id = excluded.customer_id, status = excluded.status, \
+       event_created = excluded.event_created, event_id = excluded.event_id, \
+       updated_at = excluded.updated_at \
+     WHERE excluded.event_created > subscriptions.event_created \
+        OR (excluded.event_created = subscriptions.event_created AND excluded.status = 'canceled')";
+
+pub fn set_state(body: &str, event_id: &str, now: i64) -> Result<Vec<Statement>, PlanError> {
+    let event: StripeEvent<Subscription> = parse(body)?;
+    let sub = event.data.object;
+    Ok(vec![Statement {
+        sql: SET_IF_NEWER,
+        params: vec![
+            sub.id.into(),
+            sub.customer.into(),
+            sub.status.into(),
+            event.created.into(),
+            event_id.into(),
+            now.into(),
+        ],
+    }])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::effects::Value;
+
+    #[test]
+    fn carries_the_event_time_as_the_version() {
+        let body = r#"{"created":1700,"data":{"object":{"id":"sub_1","customer":"cus_1","status":"active"}}}"#;
+        let plan = set_state(body, "evt_9", 5).unwrap();
+        assert_eq!(
+            plan[0].params,
+            vec![
+                "sub_1".into(),
+                "cus_1".into(),
+                "active".into(),
+                Value::Int(1700),
+                "evt_9".into(),
+                Value::Int(5)
+            ]
+        );
+    }
+
+    #[test]
+    fn an_event_without_created_is_a_plan_error() {
+        let body = r#"{"data":{"object":{"id":"sub_1","status":"active"}}}"#;
+        assert!(set_state(body, "evt_9", 5).is_err());
+    }
+}

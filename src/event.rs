@@ -1,0 +1,35 @@
+//! The one type that crosses from verification into storage: an event whose
+//! signature checked out, named by the provider's stable id. Nothing
+//! downstream of verification looks at headers or signatures again.
+
+use serde::{Deserialize, Serialize};
+
+/// A verified event, provider-independent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifiedEvent {
+    /// The `{source}` it arrived on: the dedupe scope.
+    pub source: String,
+    /// The provider whose effects apply (today always the source's name).
+    pub provider: String,
+    /// The provider's stable event id.
+    pub id: String,
+    /// The event type, e.g. `checkout.session.completed`.
+    pub kind: String,
+    /// The raw body, exactly as signed.
+    pub body: String,
+    /// When the first copy arrived, in milliseconds since the Unix epoch.
+    pub received_at: i64,
+}
+
+impl VerifiedEvent {
+    /// `"{source}:{id}"`: the name of the event's inbox and the key in replies.
+    /// Scoped by source because ids are only unique within one provider (and
+    /// GitHub's delivery ids may repeat across hooks).
+    pub fn key(&self) -> String {
+        dedupe_key(&self.source, &self.id)
+    }
+}
+
+pub fn dedupe_key(source: &str, id: &str) -> String {
+    format!("{source}:{id}")
+}

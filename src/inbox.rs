@@ -1,0 +1,470 @@
+//! `EventInbox`: one Durable Object per `"{source}:{event id}"`.
+//!
+//! The runtime runs one instance per name, so every copy of an event —
+//! sequential retries or a storm of concurrent ones — meets in the same
+//! object. The object decides "new or duplicate" with synchronous SQL: there
+//! is no `.await` between reading and writing the claim, so no other request
+//! can run in between (an `.await` on D1 or `fetch` would open the door).
+//!
+//! The object is the durable inbox, not the record of truth: the effect's
+//! ledger row in D1 is. If the object's "done" mark is lost after the effect
+//! committed, the retry finds the ledger row and counts that as success.
+//!
+//! State machine of the one `event` row:
+//! `received` → `done` (effect committed) or → `failed` (retry budget spent).
+//! An alarm is always set while the row exists: the retry of an unfinished
+//! effect, then the retention deadline, when the object deletes its storage.
+
+use std::cell::Cell;
+
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
+use worker::wasm_bindgen::{self, JsValue};
+use worker::{
+    console_error, durable_object, Date, DurableObject, Env, Method, Request, RequestInit,
+    Response, Result, SqlStorage, SqlStorageValue, State, Stub,
+};
+
+use crate::config::{InboxSettings, DB_BINDING};
+use crate::effects::{self, Applied};
+use crate::event::VerifiedEvent;
+
+/// What a delivery did, as the sender is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// This copy was new and its effect committed.
+    Processed,
+    /// A copy of an event already held (in flight or done), or whose effect
+    /// the ledger shows committed long ago. Nothing was done again.
+    Duplicate,
+    /// New and durably recorded, but the effect did not commit yet: the
+    /// inbox's alarm retries it.
+    Accepted,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Processed => "processed",
+            Outcome::Duplicate => "duplicate",
+            Outcome::Accepted => "accepted",
+        }
+    }
+}
+
+/// A fault the end-to-end tests inject to prove recovery. Only honoured when
+/// the worker runs with `TEST_FAULTS = "enabled"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The first effect attempt fails before touching D1 (a crash between
+    /// claim and effect).
+    FailBeforeEffect,
+    /// The first effect attempt commits in D1, then fails before the inbox
+    /// marks it done (a lost reply from D1).
+    FailAfterEffect,
+}
+
+impl Fault {
+    /// The name in the `x-test-fault` header and in storage.
+    pub fn parse(name: &str) -> Option<Fault> {
+        match name {
+            "fail-before-effect" => Some(Fault::FailBeforeEffect),
+            "fail-after-effect" => Some(Fault::FailAfterEffect),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Fault::FailBeforeEffect => "fail-before-effect",
+            Fault::FailAfterEffect => "fail-after-effect",
+        }
+    }
+}
+
+/// What the worker sends its inbox.
+#[derive(Serialize, Deserialize)]
+struct Delivery {
+    event: VerifiedEvent,
+    fault: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Reply {
+    outcome: Outcome,
+}
+
+/// Hands a verified event to its inbox and returns what the inbox did.
+pub async fn deliver(stub: &Stub, event: VerifiedEvent, fault: Option<Fault>) -> Result<Outcome> {
+    let fault = fault.map(|f| f.as_str().to_string());
+    let body = serde_json::to_string(&Delivery { event, fault })?;
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_body(Some(JsValue::from_str(&body)));
+    let request = Request::new_with_init("https://inbox/deliver", &init)?;
+    let mut response = stub.fetch_with_request(request).await?;
+    if response.status_code() != 200 {
+        return Err(format!("inbox answered {}", response.status_code()).into());
+    }
+    Ok(response.json::<Reply>().await?.outcome)
+}
+
+const SCHEMA: [&str; 2] = [
+    "CREATE TABLE IF NOT EXISTS event (
+        singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+        source TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        type TEXT NOT NULL,
+        body TEXT NOT NULL,
+        received_at INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        effect_attempts INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT,
+        done_at INTEGER,
+        fault TEXT
+    )",
+    "CREATE TABLE IF NOT EXISTS deliveries (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        at INTEGER NOT NULL,
+        outcome TEXT NOT NULL
+    )",
+];
+
+/// The stored event, as the retry path needs it.
+#[derive(Deserialize)]
+struct EventRow {
+    source: String,
+    provider: String,
+    event_id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    body: String,
+    received_at: i64,
+    state: String,
+    fault: Option<String>,
+}
+
+/// An inbox's answer to `GET /state`.
+#[derive(Serialize, Deserialize)]
+struct Status {
+    state: String,
+    effect_attempts: i64,
+    last_error: Option<String>,
+    received_at: i64,
+    done_at: Option<i64>,
+    deliveries: i64,
+}
+
+#[derive(Deserialize)]
+struct Attempts {
+    effect_attempts: i64,
+}
+
+impl EventRow {
+    fn event(self) -> VerifiedEvent {
+        VerifiedEvent {
+            source: self.source,
+            provider: self.provider,
+            id: self.event_id,
+            kind: self.kind,
+            body: self.body,
+            received_at: self.received_at,
+        }
+    }
+}
+
+#[durable_object]
+pub struct EventInbox {
+    state: State,
+    env: Env,
+    sql: SqlStorage,
+    /// Whether this instance has created its tables. Only a cache: the
+    /// tables are recreated after the retention deadline deletes them.
+    schema_ready: Cell<bool>,
+    /// Whether this instance is inside an effect attempt right now. An
+    /// attempt can only be in flight in the live instance, so memory is the
+    /// right place; it keeps the alarm from racing a delivery's own attempt
+    /// (harmless thanks to the ledger, but wasted work).
+    effect_running: Cell<bool>,
+}
+
+impl DurableObject for EventInbox {
+    fn new(state: State, env: Env) -> Self {
+        let sql = state.storage().sql();
+        EventInbox {
+            state,
+            env,
+            sql,
+            schema_ready: Cell::new(false),
+            effect_running: Cell::new(false),
+        }
+    }
+
+    /// `POST /deliver` from the worker; `GET /state` for tests and operators.
+    /// Neither is reachable from outside: only the binding can call an object.
+    async fn fetch(&self, mut req: Request) -> Result<Response> {
+        if req.method() == Method::Get {
+            return match self.status()? {
+                Some(status) => Response::from_json(&status),
+                None => Response::error("no event", 404),
+            };
+        }
+        let delivery: Delivery = req.json().await?;
+        let outcome = self.receive(delivery).await?;
+        Response::from_json(&Reply { outcome })
+    }
+
+    /// The safety net: retries an unfinished effect, or forgets the event
+    /// once its retention has passed.
+    async fn alarm(&self) -> Result<Response> {
+        self.ensure_schema()?;
+        let Some(row) = self.load()? else {
+            return Response::ok("empty");
+        };
+        let settings = InboxSettings::from_env(&self.env).map_err(|e| e.to_string())?;
+        if row.state == "received" {
+            if self.effect_running.get() {
+                self.set_alarm_in(settings.retry_base_ms).await?;
+                return Response::ok("attempt in flight");
+            }
+            let fault = row.fault.as_deref().and_then(Fault::parse);
+            self.attempt_effect(row.event(), fault, &settings).await?;
+            return Response::ok("retried");
+        }
+        let expires_at = row.received_at + settings.retention_ms;
+        if now() >= expires_at {
+            let storage = self.state.storage();
+            storage.delete_alarm().await?;
+            storage.delete_all().await?;
+            self.schema_ready.set(false);
+            return Response::ok("expired");
+        }
+        self.set_alarm_at(expires_at).await?;
+        Response::ok("rescheduled")
+    }
+}
+
+impl EventInbox {
+    /// Synchronous and idempotent; run before the first query of a request.
+    fn ensure_schema(&self) -> Result<()> {
+        if !self.schema_ready.get() {
+            for statement in SCHEMA {
+                self.sql.exec(statement, None)?;
+            }
+            self.schema_ready.set(true);
+        }
+        Ok(())
+    }
+
+    async fn receive(&self, delivery: Delivery) -> Result<Outcome> {
+        let Delivery { event, fault } = delivery;
+        let fault = fault.as_deref().and_then(Fault::parse);
+        let settings = InboxSettings::from_env(&self.env).map_err(|e| e.to_string())?;
+
+        // The claim. Synchronous SQL only: between the insert and the
+        // delivery record no other request can run, and both are durable
+        // before the reply leaves (the output gate holds it).
+        self.ensure_schema()?;
+        let claimed = self.claim(&event, fault)?;
+        let seq = self.record_delivery(if claimed { "claimed" } else { "duplicate" })?;
+        if !claimed {
+            return Ok(Outcome::Duplicate);
+        }
+
+        // Armed before the first attempt, so a crash from here on is retried.
+        self.set_alarm_in(settings.retry_base_ms).await?;
+        let outcome = match self.attempt_effect(event, fault, &settings).await? {
+            Some(Applied::Now) => Outcome::Processed,
+            Some(Applied::Earlier) => Outcome::Duplicate,
+            None => Outcome::Accepted,
+        };
+        self.sql.exec(
+            "UPDATE deliveries SET outcome = ? WHERE seq = ?",
+            vec![outcome.as_str().into(), seq.into()],
+        )?;
+        Ok(outcome)
+    }
+
+    /// Inserts the event row if this object holds none. True when this call
+    /// inserted it, i.e. this copy is the first.
+    fn claim(&self, event: &VerifiedEvent, fault: Option<Fault>) -> Result<bool> {
+        let inserted: Vec<IgnoredAny> = self
+            .sql
+            .exec(
+                "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault)
+                 VALUES (1, ?, ?, ?, ?, ?, ?, 'received', ?)
+                 ON CONFLICT (singleton) DO NOTHING
+                 RETURNING singleton",
+                vec![
+                    event.source.as_str().into(),
+                    event.provider.as_str().into(),
+                    event.id.as_str().into(),
+                    event.kind.as_str().into(),
+                    event.body.as_str().into(),
+                    event.received_at.into(),
+                    fault.map_or(SqlStorageValue::Null, |f| f.as_str().into()),
+                ],
+            )?
+            .to_array()?;
+        Ok(!inserted.is_empty())
+    }
+
+    fn record_delivery(&self, outcome: &str) -> Result<i64> {
+        #[derive(Deserialize)]
+        struct Seq {
+            seq: i64,
+        }
+        let row: Seq = self
+            .sql
+            .exec(
+                "INSERT INTO deliveries (at, outcome) VALUES (?, ?) RETURNING seq",
+                vec![now().into(), outcome.into()],
+            )?
+            .one()?;
+        Ok(row.seq)
+    }
+
+    /// The event's progress and its delivery count, without creating tables
+    /// in an object that never held an event (or has forgotten it).
+    fn status(&self) -> Result<Option<Status>> {
+        let tables: Vec<IgnoredAny> = self
+            .sql
+            .exec(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'event'",
+                None,
+            )?
+            .to_array()?;
+        if tables.is_empty() {
+            return Ok(None);
+        }
+        let rows: Vec<Status> = self
+            .sql
+            .exec(
+                "SELECT state, effect_attempts, last_error, received_at, done_at,
+                        (SELECT count(*) FROM deliveries) AS deliveries
+                 FROM event",
+                None,
+            )?
+            .to_array()?;
+        Ok(rows.into_iter().next())
+    }
+
+    fn load(&self) -> Result<Option<EventRow>> {
+        let rows: Vec<EventRow> = self
+            .sql
+            .exec(
+                "SELECT source, provider, event_id, type, body, received_at, state, fault FROM event",
+                None,
+            )?
+            .to_array()?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// One try at the effect. On success marks the event done and arms the
+    /// retention alarm; on failure records the error and arms the next retry,
+    /// or marks the event failed once the budget is spent. `None` means the
+    /// effect did not commit (yet).
+    async fn attempt_effect(
+        &self,
+        event: VerifiedEvent,
+        fault: Option<Fault>,
+        settings: &InboxSettings,
+    ) -> Result<Option<Applied>> {
+        let key = event.key();
+        let expires_at = event.received_at + settings.retention_ms;
+        let first_attempt = self.effect_attempts()? == 0;
+        self.effect_running.set(true);
+        let result = self
+            .run_effect(&event, fault.filter(|_| first_attempt))
+            .await;
+        self.effect_running.set(false);
+        match result {
+            Ok(applied) => {
+                self.sql.exec(
+                    "UPDATE event SET state = 'done', done_at = ?, effect_attempts = effect_attempts + 1, last_error = NULL
+                     WHERE state = 'received'",
+                    vec![now().into()],
+                )?;
+                self.set_alarm_at(expires_at).await?;
+                Ok(Some(applied))
+            }
+            Err(error) => {
+                let failures = self.record_failure(&error)?;
+                let exhausted = failures >= settings.max_attempts;
+                console_error!(
+                    "{}",
+                    serde_json::json!({
+                        "msg": "effect_failed", "key": key, "attempt": failures,
+                        "final": exhausted, "error": error,
+                    })
+                );
+                if exhausted {
+                    self.sql.exec(
+                        "UPDATE event SET state = 'failed' WHERE state = 'received'",
+                        None,
+                    )?;
+                    self.set_alarm_at(expires_at).await?;
+                } else {
+                    self.set_alarm_in(settings.backoff_ms(failures)).await?;
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    async fn run_effect(
+        &self,
+        event: &VerifiedEvent,
+        fault: Option<Fault>,
+    ) -> std::result::Result<Applied, String> {
+        if fault == Some(Fault::FailBeforeEffect) {
+            return Err("injected fault: before effect".into());
+        }
+        let batch =
+            effects::plan(event, now()).map_err(|e| format!("unplannable event: {}", e.0))?;
+        let db = self.env.d1(DB_BINDING).map_err(|e| e.to_string())?;
+        let applied = effects::apply(&db, batch)
+            .await
+            .map_err(|e| e.to_string())?;
+        if fault == Some(Fault::FailAfterEffect) {
+            return Err("injected fault: after effect committed".into());
+        }
+        Ok(applied)
+    }
+
+    fn effect_attempts(&self) -> Result<i64> {
+        let row: Attempts = self
+            .sql
+            .exec("SELECT effect_attempts FROM event", None)?
+            .one()?;
+        Ok(row.effect_attempts)
+    }
+
+    /// Counts a failed attempt; returns the failures so far. Read back from
+    /// storage, not memory: the alarm and a delivery may both have tried.
+    fn record_failure(&self, error: &str) -> Result<i64> {
+        let row: Attempts = self
+            .sql
+            .exec(
+                "UPDATE event SET effect_attempts = effect_attempts + 1, last_error = ?
+                 RETURNING effect_attempts",
+                vec![error.into()],
+            )?
+            .one()?;
+        Ok(row.effect_attempts)
+    }
+
+    async fn set_alarm_in(&self, delay_ms: i64) -> Result<()> {
+        self.state.storage().set_alarm(delay_ms).await
+    }
+
+    async fn set_alarm_at(&self, at_ms: i64) -> Result<()> {
+        self.set_alarm_in((at_ms - now()).max(0)).await
+    }
+}
+
+fn now() -> i64 {
+    Date::now().as_millis() as i64
+}

@@ -1,0 +1,182 @@
+//! `POST /webhooks/{source}`: the stateless half of a delivery.
+//!
+//! Cap the body, verify the signature on the raw bytes, read the provider's
+//! event id, check the effect can be planned, then hand the event to its
+//! inbox. Every delivery ends in exactly one JSON log line and one JSON reply;
+//! every refusal is a 4xx that wrote nothing.
+
+use serde_json::json;
+use worker::{console_log, Date, Env, Request, Response, Result};
+
+use crate::config::{self, ConfigError, Limits, INBOX_BINDING};
+use crate::effects;
+use crate::event::VerifiedEvent;
+use crate::inbox::{self, Fault, Outcome};
+use crate::providers::{self, RawRequest, Rejection, VerifyContext};
+
+/// Why a delivery was not taken. Nothing was recorded in any of these cases.
+#[derive(Debug)]
+enum Refusal {
+    UnknownSource,
+    TooLarge,
+    Rejected(Rejection),
+    Misconfigured(ConfigError),
+    /// The inbox could not be reached or could not store the event.
+    NotRecorded(String),
+}
+
+impl Refusal {
+    fn status(&self) -> u16 {
+        match self {
+            Refusal::UnknownSource => 404,
+            Refusal::TooLarge => 413,
+            Refusal::Rejected(rejection) => rejection.status(),
+            Refusal::Misconfigured(_) => 500,
+            Refusal::NotRecorded(_) => 503,
+        }
+    }
+
+    fn reason(&self) -> &'static str {
+        match self {
+            Refusal::UnknownSource => "unknown_source",
+            Refusal::TooLarge => "body_too_large",
+            Refusal::Rejected(rejection) => rejection.reason(),
+            Refusal::Misconfigured(_) => "misconfigured",
+            Refusal::NotRecorded(_) => "not_recorded",
+        }
+    }
+
+    /// Detail for the log line only: replies stay terse, so a prober learns
+    /// nothing about the configuration.
+    fn detail(&self) -> Option<String> {
+        match self {
+            Refusal::Rejected(Rejection::MalformedBody(detail)) => Some(detail.clone()),
+            Refusal::Misconfigured(error) => Some(error.to_string()),
+            Refusal::NotRecorded(error) => Some(error.clone()),
+            _ => None,
+        }
+    }
+}
+
+impl From<Rejection> for Refusal {
+    fn from(rejection: Rejection) -> Self {
+        Refusal::Rejected(rejection)
+    }
+}
+
+impl From<ConfigError> for Refusal {
+    fn from(error: ConfigError) -> Self {
+        Refusal::Misconfigured(error)
+    }
+}
+
+/// What the log line says about a delivery, filled in as it progresses.
+#[derive(Default)]
+struct Trace {
+    key: Option<String>,
+    kind: Option<String>,
+    bytes: Option<usize>,
+}
+
+pub async fn handle(req: Request, env: &Env, source: &str) -> Result<Response> {
+    let started = Date::now().as_millis();
+    let mut trace = Trace::default();
+    let result = receive(req, env, source, &mut trace).await;
+    let latency_ms = Date::now().as_millis().saturating_sub(started);
+
+    let (status, outcome, reason) = match &result {
+        Ok(outcome) => (200, outcome_json(*outcome), None),
+        Err(refusal) => (refusal.status(), json!("rejected"), Some(refusal)),
+    };
+    console_log!(
+        "{}",
+        json!({
+            "msg": "delivery",
+            "source": source,
+            "key": trace.key,
+            "type": trace.kind,
+            "outcome": outcome,
+            "status": status,
+            "reason": reason.map(Refusal::reason),
+            "detail": reason.and_then(Refusal::detail),
+            "bytes": trace.bytes,
+            "latency_ms": latency_ms,
+        })
+    );
+
+    let body = match &result {
+        Ok(outcome) => json!({ "outcome": outcome, "key": trace.key }),
+        Err(refusal) => json!({ "error": refusal.reason() }),
+    };
+    Ok(Response::from_json(&body)?.with_status(status))
+}
+
+async fn receive(
+    mut req: Request,
+    env: &Env,
+    source: &str,
+    trace: &mut Trace,
+) -> std::result::Result<Outcome, Refusal> {
+    let provider = providers::by_name(source).ok_or(Refusal::UnknownSource)?;
+    let limits = Limits::from_env(env)?;
+    let secrets = config::secrets(env, provider.secret_var())?;
+
+    // A declared length over the cap is refused before reading a byte.
+    let declared = req.headers().get("content-length").ok().flatten();
+    if declared
+        .and_then(|n| n.parse::<usize>().ok())
+        .is_some_and(|n| n > limits.max_body_bytes)
+    {
+        return Err(Refusal::TooLarge);
+    }
+    let body = req
+        .bytes()
+        .await
+        .map_err(|e| Refusal::NotRecorded(e.to_string()))?;
+    trace.bytes = Some(body.len());
+    if body.len() > limits.max_body_bytes {
+        return Err(Refusal::TooLarge);
+    }
+
+    let raw = RawRequest::new(req.headers().entries(), body);
+    let ctx = VerifyContext {
+        secrets: &secrets,
+        now: Date::now().as_millis() / 1000,
+        tolerance: limits.tolerance_secs,
+    };
+    provider.verify(&raw, &ctx)?;
+    let identity = provider.identify(&raw)?;
+    trace.key = Some(crate::event::dedupe_key(source, &identity.id));
+    trace.kind = Some(identity.kind.clone());
+
+    let fault = raw
+        .header("x-test-fault")
+        .filter(|_| limits.test_faults)
+        .and_then(Fault::parse);
+    let body = String::from_utf8(raw.body)
+        .map_err(|_| Rejection::MalformedBody("body is not UTF-8".into()))?;
+    let event = VerifiedEvent {
+        source: source.to_string(),
+        provider: provider.name().to_string(),
+        id: identity.id,
+        kind: identity.kind,
+        body,
+        received_at: Date::now().as_millis() as i64,
+    };
+    // An event whose effect cannot be planned would fail every retry:
+    // refuse it now, while the sender can still see why.
+    effects::plan(&event, event.received_at)
+        .map_err(|e| Rejection::MalformedBody(format!("effect: {}", e.0)))?;
+
+    let stub = env
+        .durable_object(INBOX_BINDING)
+        .and_then(|ns| ns.get_by_name(&event.key()))
+        .map_err(|e| Refusal::NotRecorded(e.to_string()))?;
+    inbox::deliver(&stub, event, fault)
+        .await
+        .map_err(|e| Refusal::NotRecorded(e.to_string()))
+}
+
+fn outcome_json(outcome: Outcome) -> serde_json::Value {
+    serde_json::to_value(outcome).unwrap_or(serde_json::Value::Null)
+}

@@ -1,0 +1,70 @@
+// Signs test deliveries the way the providers do, with Node's crypto — an
+// implementation independent of the worker's Rust code.
+import { createHmac } from "node:crypto";
+
+const hmacHex = (secret, content) => createHmac("sha256", secret).update(content).digest("hex");
+
+/** Headers for a Stripe delivery of `body`, signed at `t` (unix seconds). */
+export function stripeHeaders(body, secret, t = Math.floor(Date.now() / 1000)) {
+  return {
+    "content-type": "application/json",
+    "stripe-signature": `t=${t},v1=${hmacHex(secret, `${t}.${body}`)}`,
+  };
+}
+
+/** Headers for a GitHub delivery of `body`. */
+export function githubHeaders(body, secret, { delivery, event }) {
+  return {
+    "content-type": "application/json",
+    "x-github-delivery": delivery,
+    "x-github-event": event,
+    "x-hub-signature-256": `sha256=${hmacHex(secret, body)}`,
+  };
+}
+
+let counter = 0;
+/** A fresh id, unique within the test run. */
+export const uniqueId = (prefix) => `${prefix}_${Date.now().toString(36)}${(counter++).toString(36)}`;
+
+export function checkoutCompleted({ id = uniqueId("evt"), session = uniqueId("cs"), paymentIntent = uniqueId("pi"), amount = 2000 } = {}) {
+  return JSON.stringify({
+    id,
+    object: "event",
+    type: "checkout.session.completed",
+    created: Math.floor(Date.now() / 1000),
+    data: {
+      object: {
+        id: session,
+        object: "checkout.session",
+        amount_total: amount,
+        currency: "eur",
+        customer_details: { email: "buyer@example.com" },
+        payment_intent: paymentIntent,
+      },
+    },
+  });
+}
+
+export function paymentIntentSucceeded({ id = uniqueId("evt"), paymentIntent }) {
+  return JSON.stringify({
+    id,
+    object: "event",
+    type: "payment_intent.succeeded",
+    created: Math.floor(Date.now() / 1000),
+    data: { object: { id: paymentIntent, object: "payment_intent", amount: 2000 } },
+  });
+}
+
+export function subscriptionEvent({ id = uniqueId("evt"), type, created, subscription, status }) {
+  return JSON.stringify({
+    id,
+    object: "event",
+    type,
+    created,
+    data: { object: { id: subscription, object: "subscription", customer: "cus_1", status } },
+  });
+}
+
+export function starEvent({ action = "created", repo }) {
+  return JSON.stringify({ action, starred_at: null, repository: { full_name: repo }, sender: { login: "octocat" } });
+}
