@@ -48,7 +48,7 @@ impl Limits {
 
 /// What the inbox needs to retry and to forget.
 pub struct InboxSettings {
-    /// How long an inbox remembers its event (`RETENTION_DAYS`, default 30):
+    /// How long an inbox remembers its event (`RETENTION`, default `30d`):
     /// longer than any provider retries (Stripe: 3 days).
     pub retention_ms: i64,
     /// The first retry delay of an unfinished effect (`EFFECT_RETRY_BASE_MS`,
@@ -61,10 +61,17 @@ pub struct InboxSettings {
 
 impl InboxSettings {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        // Fractional days are allowed (the tests forget events in seconds).
-        let days: f64 = number(env, "RETENTION_DAYS", 30.0)?;
+        let retention = text(env, "RETENTION");
+        let retention_ms = match retention.as_deref() {
+            None => 30 * DAY_MS,
+            Some(value) => duration_ms(value).ok_or_else(|| {
+                ConfigError(format!(
+                    "RETENTION must be a duration like 30d, 12h or 90s, got '{value}'"
+                ))
+            })?,
+        };
         Ok(InboxSettings {
-            retention_ms: (days * 24.0 * 60.0 * 60.0 * 1000.0) as i64,
+            retention_ms,
             retry_base_ms: number(env, "EFFECT_RETRY_BASE_MS", 10_000)?,
             max_attempts: number(env, "EFFECT_MAX_ATTEMPTS", 10)?,
         })
@@ -87,6 +94,22 @@ pub fn secrets(env: &Env, name: &str) -> Result<Secrets, ConfigError> {
         .ok_or_else(|| ConfigError(format!("{name} is not set: add it with `wrangler secret put {name}` (or to .dev.vars locally)")))
 }
 
+const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// Parses `30d`, `12h`, `15m` or `90s` into milliseconds.
+fn duration_ms(value: &str) -> Option<i64> {
+    let value = value.trim();
+    let unit_ms = match value.chars().last()? {
+        's' => 1000,
+        'm' => 60 * 1000,
+        'h' => 60 * 60 * 1000,
+        'd' => DAY_MS,
+        _ => return None,
+    };
+    let count: i64 = value[..value.len() - 1].parse().ok()?;
+    (count >= 0).then(|| count.saturating_mul(unit_ms))
+}
+
 fn text(env: &Env, name: &str) -> Option<String> {
     env.secret(name)
         .map(|s| s.to_string())
@@ -100,13 +123,24 @@ fn number<T: FromStr>(env: &Env, name: &str, default: T) -> Result<T, ConfigErro
         Some(value) => value
             .trim()
             .parse()
-            .map_err(|_| ConfigError(format!("{name} must be a number, got {value:?}"))),
+            .map_err(|_| ConfigError(format!("{name} must be a whole number, got '{value}'"))),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_take_a_unit() {
+        assert_eq!(duration_ms("30d"), Some(30 * DAY_MS));
+        assert_eq!(duration_ms(" 12h "), Some(12 * 60 * 60 * 1000));
+        assert_eq!(duration_ms("15m"), Some(15 * 60 * 1000));
+        assert_eq!(duration_ms("3s"), Some(3000));
+        for bad in ["30", "d", "1.5d", "-1d", "30 days", "", "5w"] {
+            assert_eq!(duration_ms(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn backoff_doubles_from_the_base_up_to_an_hour() {

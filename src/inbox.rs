@@ -17,12 +17,12 @@
 
 use std::cell::Cell;
 
-use serde::de::IgnoredAny;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::{self, JsValue};
 use worker::{
     console_error, durable_object, Date, DurableObject, Env, Method, Request, RequestInit,
-    Response, Result, SqlStorage, SqlStorageValue, State, Stub,
+    Response, Result, SqlCursor, SqlStorage, SqlStorageValue, State, Stub,
 };
 
 use crate::config::{InboxSettings, DB_BINDING};
@@ -30,8 +30,7 @@ use crate::effects::{self, Applied};
 use crate::event::VerifiedEvent;
 
 /// What a delivery did, as the sender is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// This copy was new and its effect committed.
     Processed,
@@ -44,12 +43,18 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Processed => "processed",
             Outcome::Duplicate => "duplicate",
             Outcome::Accepted => "accepted",
         }
+    }
+
+    fn parse(name: &str) -> Option<Outcome> {
+        [Outcome::Processed, Outcome::Duplicate, Outcome::Accepted]
+            .into_iter()
+            .find(|o| o.as_str() == name)
     }
 }
 
@@ -90,12 +95,8 @@ struct Delivery {
     fault: Option<String>,
 }
 
-#[derive(Serialize, Deserialize)]
-struct Reply {
-    outcome: Outcome,
-}
-
-/// Hands a verified event to its inbox and returns what the inbox did.
+/// Hands a verified event to its inbox and returns what the inbox did (the
+/// inbox answers with the outcome's name as plain text).
 pub async fn deliver(stub: &Stub, event: VerifiedEvent, fault: Option<Fault>) -> Result<Outcome> {
     let fault = fault.map(|f| f.as_str().to_string());
     let body = serde_json::to_string(&Delivery { event, fault })?;
@@ -107,7 +108,8 @@ pub async fn deliver(stub: &Stub, event: VerifiedEvent, fault: Option<Fault>) ->
     if response.status_code() != 200 {
         return Err(format!("inbox answered {}", response.status_code()).into());
     }
-    Ok(response.json::<Reply>().await?.outcome)
+    let outcome = response.text().await?;
+    Outcome::parse(&outcome).ok_or_else(|| format!("inbox answered '{outcome}'").into())
 }
 
 const SCHEMA: [&str; 2] = [
@@ -132,7 +134,13 @@ const SCHEMA: [&str; 2] = [
     )",
 ];
 
-/// The stored event, as the retry path needs it.
+/// The stored event, as the retry path needs it (see [`json_rows`]).
+const LOAD_EVENT: &str = "SELECT json_object(
+        'source', source, 'provider', provider, 'event_id', event_id, 'type', type,
+        'body', body, 'received_at', received_at, 'state', state,
+        'effect_attempts', effect_attempts, 'fault', fault)
+    FROM event";
+
 #[derive(Deserialize)]
 struct EventRow {
     source: String,
@@ -143,10 +151,17 @@ struct EventRow {
     body: String,
     received_at: i64,
     state: String,
+    effect_attempts: i64,
     fault: Option<String>,
 }
 
 /// An inbox's answer to `GET /state`.
+const STATUS: &str = "SELECT json_object(
+        'state', state, 'effect_attempts', effect_attempts, 'last_error', last_error,
+        'received_at', received_at, 'done_at', done_at,
+        'deliveries', (SELECT count(*) FROM deliveries))
+    FROM event";
+
 #[derive(Serialize, Deserialize)]
 struct Status {
     state: String,
@@ -155,11 +170,6 @@ struct Status {
     received_at: i64,
     done_at: Option<i64>,
     deliveries: i64,
-}
-
-#[derive(Deserialize)]
-struct Attempts {
-    effect_attempts: i64,
 }
 
 impl EventRow {
@@ -211,9 +221,9 @@ impl DurableObject for EventInbox {
                 None => Response::error("no event", 404),
             };
         }
-        let delivery: Delivery = req.json().await?;
+        let delivery: Delivery = serde_json::from_str(&req.text().await?)?;
         let outcome = self.receive(delivery).await?;
-        Response::from_json(&Reply { outcome })
+        Response::ok(outcome.as_str())
     }
 
     /// The safety net: retries an unfinished effect, or forgets the event
@@ -229,7 +239,12 @@ impl DurableObject for EventInbox {
                 self.set_alarm_in(settings.retry_base_ms).await?;
                 return Response::ok("attempt in flight");
             }
-            let fault = row.fault.as_deref().and_then(Fault::parse);
+            // An injected fault hits the first attempt only.
+            let fault = row
+                .fault
+                .as_deref()
+                .and_then(Fault::parse)
+                .filter(|_| row.effect_attempts == 0);
             self.attempt_effect(row.event(), fault, &settings).await?;
             return Response::ok("retried");
         }
@@ -268,29 +283,24 @@ impl EventInbox {
         // before the reply leaves (the output gate holds it).
         self.ensure_schema()?;
         let claimed = self.claim(&event, fault)?;
-        let seq = self.record_delivery(if claimed { "claimed" } else { "duplicate" })?;
+        self.record_delivery(if claimed { "claimed" } else { "duplicate" })?;
         if !claimed {
             return Ok(Outcome::Duplicate);
         }
 
         // Armed before the first attempt, so a crash from here on is retried.
         self.set_alarm_in(settings.retry_base_ms).await?;
-        let outcome = match self.attempt_effect(event, fault, &settings).await? {
+        Ok(match self.attempt_effect(event, fault, &settings).await? {
             Some(Applied::Now) => Outcome::Processed,
             Some(Applied::Earlier) => Outcome::Duplicate,
             None => Outcome::Accepted,
-        };
-        self.sql.exec(
-            "UPDATE deliveries SET outcome = ? WHERE seq = ?",
-            vec![outcome.as_str().into(), seq.into()],
-        )?;
-        Ok(outcome)
+        })
     }
 
     /// Inserts the event row if this object holds none. True when this call
     /// inserted it, i.e. this copy is the first.
     fn claim(&self, event: &VerifiedEvent, fault: Option<Fault>) -> Result<bool> {
-        let inserted: Vec<IgnoredAny> = self
+        let inserted = self
             .sql
             .exec(
                 "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault)
@@ -307,65 +317,48 @@ impl EventInbox {
                     fault.map_or(SqlStorageValue::Null, |f| f.as_str().into()),
                 ],
             )?
-            .to_array()?;
-        Ok(!inserted.is_empty())
+            .raw()
+            .next()
+            .transpose()?;
+        Ok(inserted.is_some())
     }
 
-    fn record_delivery(&self, outcome: &str) -> Result<i64> {
-        #[derive(Deserialize)]
-        struct Seq {
-            seq: i64,
-        }
-        let row: Seq = self
-            .sql
-            .exec(
-                "INSERT INTO deliveries (at, outcome) VALUES (?, ?) RETURNING seq",
-                vec![now().into(), outcome.into()],
-            )?
-            .one()?;
-        Ok(row.seq)
+    /// One row per copy received: `claimed` for the copy that created the
+    /// event (its result is the event's state), `duplicate` for the others.
+    fn record_delivery(&self, outcome: &str) -> Result<()> {
+        self.sql.exec(
+            "INSERT INTO deliveries (at, outcome) VALUES (?, ?)",
+            vec![now().into(), outcome.into()],
+        )?;
+        Ok(())
     }
 
     /// The event's progress and its delivery count, without creating tables
     /// in an object that never held an event (or has forgotten it).
     fn status(&self) -> Result<Option<Status>> {
-        let tables: Vec<IgnoredAny> = self
+        let has_table = self
             .sql
             .exec(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'event'",
                 None,
             )?
-            .to_array()?;
-        if tables.is_empty() {
+            .raw()
+            .next()
+            .is_some();
+        if !has_table {
             return Ok(None);
         }
-        let rows: Vec<Status> = self
-            .sql
-            .exec(
-                "SELECT state, effect_attempts, last_error, received_at, done_at,
-                        (SELECT count(*) FROM deliveries) AS deliveries
-                 FROM event",
-                None,
-            )?
-            .to_array()?;
-        Ok(rows.into_iter().next())
+        Ok(json_rows(self.sql.exec(STATUS, None)?)?.pop())
     }
 
     fn load(&self) -> Result<Option<EventRow>> {
-        let rows: Vec<EventRow> = self
-            .sql
-            .exec(
-                "SELECT source, provider, event_id, type, body, received_at, state, fault FROM event",
-                None,
-            )?
-            .to_array()?;
-        Ok(rows.into_iter().next())
+        Ok(json_rows(self.sql.exec(LOAD_EVENT, None)?)?.pop())
     }
 
     /// One try at the effect. On success marks the event done and arms the
     /// retention alarm; on failure records the error and arms the next retry,
     /// or marks the event failed once the budget is spent. `None` means the
-    /// effect did not commit (yet).
+    /// effect did not commit (yet). `fault` is for tests (see [`Fault`]).
     async fn attempt_effect(
         &self,
         event: VerifiedEvent,
@@ -374,11 +367,8 @@ impl EventInbox {
     ) -> Result<Option<Applied>> {
         let key = event.key();
         let expires_at = event.received_at + settings.retention_ms;
-        let first_attempt = self.effect_attempts()? == 0;
         self.effect_running.set(true);
-        let result = self
-            .run_effect(&event, fault.filter(|_| first_attempt))
-            .await;
+        let result = self.run_effect(&event, fault).await;
         self.effect_running.set(false);
         match result {
             Ok(applied) => {
@@ -395,10 +385,13 @@ impl EventInbox {
                 let exhausted = failures >= settings.max_attempts;
                 console_error!(
                     "{}",
-                    serde_json::json!({
-                        "msg": "effect_failed", "key": key, "attempt": failures,
-                        "final": exhausted, "error": error,
-                    })
+                    serde_json::to_string(&EffectFailed {
+                        msg: "effect_failed",
+                        key: &key,
+                        attempt: failures,
+                        last: exhausted,
+                        error: &error,
+                    })?
                 );
                 if exhausted {
                     self.sql.exec(
@@ -434,26 +427,24 @@ impl EventInbox {
         Ok(applied)
     }
 
-    fn effect_attempts(&self) -> Result<i64> {
-        let row: Attempts = self
-            .sql
-            .exec("SELECT effect_attempts FROM event", None)?
-            .one()?;
-        Ok(row.effect_attempts)
-    }
-
     /// Counts a failed attempt; returns the failures so far. Read back from
     /// storage, not memory: the alarm and a delivery may both have tried.
     fn record_failure(&self, error: &str) -> Result<i64> {
-        let row: Attempts = self
+        let row = self
             .sql
             .exec(
                 "UPDATE event SET effect_attempts = effect_attempts + 1, last_error = ?
                  RETURNING effect_attempts",
                 vec![error.into()],
             )?
-            .one()?;
-        Ok(row.effect_attempts)
+            .raw()
+            .next()
+            .transpose()?;
+        match row.as_deref() {
+            Some([SqlStorageValue::Integer(n)]) => Ok(*n),
+            Some([SqlStorageValue::Float(n)]) => Ok(*n as i64),
+            _ => Err("no event row to count a failure on".into()),
+        }
     }
 
     async fn set_alarm_in(&self, delay_ms: i64) -> Result<()> {
@@ -463,6 +454,31 @@ impl EventInbox {
     async fn set_alarm_at(&self, at_ms: i64) -> Result<()> {
         self.set_alarm_in((at_ms - now()).max(0)).await
     }
+}
+
+/// The log line of a failed effect attempt.
+#[derive(Serialize)]
+struct EffectFailed<'a> {
+    msg: &'static str,
+    key: &'a str,
+    attempt: i64,
+    /// True when the retry budget is spent and the event is marked failed.
+    #[serde(rename = "final")]
+    last: bool,
+    error: &'a str,
+}
+
+/// Decodes the rows of a query whose one column is a `json_object(…)`.
+/// Going through serde_json, which the worker needs anyway, keeps a second
+/// decoder (serde-wasm-bindgen, behind `SqlCursor::to_array`) out of the wasm.
+fn json_rows<T: DeserializeOwned>(cursor: SqlCursor) -> Result<Vec<T>> {
+    cursor
+        .raw()
+        .map(|row| match row?.as_slice() {
+            [SqlStorageValue::String(json)] => Ok(serde_json::from_str(json)?),
+            _ => Err("expected one json_object column".into()),
+        })
+        .collect()
 }
 
 fn now() -> i64 {

@@ -5,7 +5,7 @@
 //! inbox. Every delivery ends in exactly one JSON log line and one JSON reply;
 //! every refusal is a 4xx that wrote nothing.
 
-use serde_json::json;
+use serde::Serialize;
 use worker::{console_log, Date, Env, Request, Response, Result};
 
 use crate::config::{self, ConfigError, Limits, INBOX_BINDING};
@@ -78,37 +78,75 @@ struct Trace {
     bytes: Option<usize>,
 }
 
+/// The one log line of a delivery. Field names are stable: dashboards and
+/// `wrangler tail` filters rely on them. Never a secret, never the payload.
+#[derive(Serialize)]
+struct LogLine<'a> {
+    msg: &'static str,
+    source: &'a str,
+    key: Option<&'a str>,
+    #[serde(rename = "type")]
+    kind: Option<&'a str>,
+    /// `processed`, `duplicate`, `accepted` or `rejected`.
+    outcome: &'static str,
+    status: u16,
+    reason: Option<&'static str>,
+    detail: Option<String>,
+    bytes: Option<usize>,
+    latency_ms: u64,
+}
+
+/// The reply to the sender.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Reply<'a> {
+    Taken {
+        outcome: &'static str,
+        key: Option<&'a str>,
+    },
+    Refused {
+        error: &'static str,
+    },
+}
+
 pub async fn handle(req: Request, env: &Env, source: &str) -> Result<Response> {
     let started = Date::now().as_millis();
     let mut trace = Trace::default();
     let result = receive(req, env, source, &mut trace).await;
     let latency_ms = Date::now().as_millis().saturating_sub(started);
 
-    let (status, outcome, reason) = match &result {
-        Ok(outcome) => (200, outcome_json(*outcome), None),
-        Err(refusal) => (refusal.status(), json!("rejected"), Some(refusal)),
+    let key = trace.key.as_deref();
+    let (status, reply, refusal) = match &result {
+        Ok(outcome) => (
+            200,
+            Reply::Taken {
+                outcome: outcome.as_str(),
+                key,
+            },
+            None,
+        ),
+        Err(refusal) => (
+            refusal.status(),
+            Reply::Refused {
+                error: refusal.reason(),
+            },
+            Some(refusal),
+        ),
     };
-    console_log!(
-        "{}",
-        json!({
-            "msg": "delivery",
-            "source": source,
-            "key": trace.key,
-            "type": trace.kind,
-            "outcome": outcome,
-            "status": status,
-            "reason": reason.map(Refusal::reason),
-            "detail": reason.and_then(Refusal::detail),
-            "bytes": trace.bytes,
-            "latency_ms": latency_ms,
-        })
-    );
-
-    let body = match &result {
-        Ok(outcome) => json!({ "outcome": outcome, "key": trace.key }),
-        Err(refusal) => json!({ "error": refusal.reason() }),
+    let line = LogLine {
+        msg: "delivery",
+        source,
+        key,
+        kind: trace.kind.as_deref(),
+        outcome: result.as_ref().map_or("rejected", |o| o.as_str()),
+        status,
+        reason: refusal.map(Refusal::reason),
+        detail: refusal.and_then(Refusal::detail),
+        bytes: trace.bytes,
+        latency_ms,
     };
-    Ok(Response::from_json(&body)?.with_status(status))
+    console_log!("{}", serde_json::to_string(&line)?);
+    Ok(Response::from_json(&reply)?.with_status(status))
 }
 
 async fn receive(
@@ -175,8 +213,4 @@ async fn receive(
     inbox::deliver(&stub, event, fault)
         .await
         .map_err(|e| Refusal::NotRecorded(e.to_string()))
-}
-
-fn outcome_json(outcome: Outcome) -> serde_json::Value {
-    serde_json::to_value(outcome).unwrap_or(serde_json::Value::Null)
 }

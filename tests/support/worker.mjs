@@ -10,8 +10,11 @@ export const SECRETS = {
   GITHUB_WEBHOOK_SECRET: "gh_test_secret",
 };
 
-/** Starts the worker; `vars` override wrangler.toml's [vars]. */
-export async function startWorker(vars = {}) {
+/**
+ * Starts the worker; `vars` override wrangler.toml's [vars]. `serve` adds
+ * Miniflare options such as `{ port: 0 }` to listen on loopback.
+ */
+export async function startWorker(vars = {}, serve = {}) {
   const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
   const mf = new Miniflare({
     ...workerOptions,
@@ -32,6 +35,7 @@ export async function startWorker(vars = {}) {
     d1Persist: false,
     durableObjectsPersist: false,
     cf: false,
+    ...serve,
   });
   const db = await mf.getD1Database("DB");
   for (const file of readdirSync("migrations").sort()) {
