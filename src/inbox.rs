@@ -112,8 +112,9 @@ pub async fn deliver(stub: &Stub, event: VerifiedEvent, fault: Option<Fault>) ->
     Outcome::parse(&outcome).ok_or_else(|| format!("inbox answered '{outcome}'").into())
 }
 
-const SCHEMA: [&str; 2] = [
-    "CREATE TABLE IF NOT EXISTS event (
+/// The one event this inbox holds. Its row is also the record of the first
+/// copy received (`received_at`); the outcome of that copy is `state`.
+const EVENT_TABLE: &str = "CREATE TABLE IF NOT EXISTS event (
         singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
         source TEXT NOT NULL,
         provider TEXT NOT NULL,
@@ -126,13 +127,11 @@ const SCHEMA: [&str; 2] = [
         last_error TEXT,
         done_at INTEGER,
         fault TEXT
-    )",
-    "CREATE TABLE IF NOT EXISTS deliveries (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        at INTEGER NOT NULL,
-        outcome TEXT NOT NULL
-    )",
-];
+    )";
+
+/// Every later copy, by arrival time. Created with the first duplicate, so
+/// an event delivered once (the common case) costs one table, not two.
+const DUPLICATES_TABLE: &str = "CREATE TABLE IF NOT EXISTS duplicates (at INTEGER NOT NULL)";
 
 /// The stored event, as the retry path needs it (see [`json_rows`]).
 const LOAD_EVENT: &str = "SELECT json_object(
@@ -159,7 +158,7 @@ struct EventRow {
 const STATUS: &str = "SELECT json_object(
         'state', state, 'effect_attempts', effect_attempts, 'last_error', last_error,
         'received_at', received_at, 'done_at', done_at,
-        'deliveries', (SELECT count(*) FROM deliveries))
+        'deliveries', 1 + (SELECT count(*) FROM duplicates))
     FROM event";
 
 #[derive(Serialize, Deserialize)]
@@ -190,9 +189,10 @@ pub struct EventInbox {
     state: State,
     env: Env,
     sql: SqlStorage,
-    /// Whether this instance has created its tables. Only a cache: the
-    /// tables are recreated after the retention deadline deletes them.
-    schema_ready: Cell<bool>,
+    /// Whether this instance has created each table. Only a cache: after
+    /// the retention deadline deletes them, the tables are created anew.
+    event_table_ready: Cell<bool>,
+    duplicates_table_ready: Cell<bool>,
     /// Whether this instance is inside an effect attempt right now. An
     /// attempt can only be in flight in the live instance, so memory is the
     /// right place; it keeps the alarm from racing a delivery's own attempt
@@ -207,7 +207,8 @@ impl DurableObject for EventInbox {
             state,
             env,
             sql,
-            schema_ready: Cell::new(false),
+            event_table_ready: Cell::new(false),
+            duplicates_table_ready: Cell::new(false),
             effect_running: Cell::new(false),
         }
     }
@@ -229,7 +230,7 @@ impl DurableObject for EventInbox {
     /// The safety net: retries an unfinished effect, or forgets the event
     /// once its retention has passed.
     async fn alarm(&self) -> Result<Response> {
-        self.ensure_schema()?;
+        self.ensure_table(&self.event_table_ready, EVENT_TABLE)?;
         let Some(row) = self.load()? else {
             return Response::ok("empty");
         };
@@ -253,7 +254,8 @@ impl DurableObject for EventInbox {
             let storage = self.state.storage();
             storage.delete_alarm().await?;
             storage.delete_all().await?;
-            self.schema_ready.set(false);
+            self.event_table_ready.set(false);
+            self.duplicates_table_ready.set(false);
             return Response::ok("expired");
         }
         self.set_alarm_at(expires_at).await?;
@@ -262,13 +264,11 @@ impl DurableObject for EventInbox {
 }
 
 impl EventInbox {
-    /// Synchronous and idempotent; run before the first query of a request.
-    fn ensure_schema(&self) -> Result<()> {
-        if !self.schema_ready.get() {
-            for statement in SCHEMA {
-                self.sql.exec(statement, None)?;
-            }
-            self.schema_ready.set(true);
+    /// Runs a `CREATE TABLE IF NOT EXISTS` once per instance. Synchronous.
+    fn ensure_table(&self, ready: &Cell<bool>, create: &str) -> Result<()> {
+        if !ready.get() {
+            self.sql.exec(create, None)?;
+            ready.set(true);
         }
         Ok(())
     }
@@ -279,12 +279,11 @@ impl EventInbox {
         let settings = InboxSettings::from_env(&self.env).map_err(|e| e.to_string())?;
 
         // The claim. Synchronous SQL only: between the insert and the
-        // delivery record no other request can run, and both are durable
+        // duplicate record no other request can run, and both are durable
         // before the reply leaves (the output gate holds it).
-        self.ensure_schema()?;
-        let claimed = self.claim(&event, fault)?;
-        self.record_delivery(if claimed { "claimed" } else { "duplicate" })?;
-        if !claimed {
+        self.ensure_table(&self.event_table_ready, EVENT_TABLE)?;
+        if !self.claim(&event, fault)? {
+            self.record_duplicate()?;
             return Ok(Outcome::Duplicate);
         }
 
@@ -323,13 +322,10 @@ impl EventInbox {
         Ok(inserted.is_some())
     }
 
-    /// One row per copy received: `claimed` for the copy that created the
-    /// event (its result is the event's state), `duplicate` for the others.
-    fn record_delivery(&self, outcome: &str) -> Result<()> {
-        self.sql.exec(
-            "INSERT INTO deliveries (at, outcome) VALUES (?, ?)",
-            vec![now().into(), outcome.into()],
-        )?;
+    fn record_duplicate(&self) -> Result<()> {
+        self.ensure_table(&self.duplicates_table_ready, DUPLICATES_TABLE)?;
+        self.sql
+            .exec("INSERT INTO duplicates (at) VALUES (?)", vec![now().into()])?;
         Ok(())
     }
 
@@ -348,6 +344,8 @@ impl EventInbox {
         if !has_table {
             return Ok(None);
         }
+        // Reading the count needs the table; an empty one changes nothing.
+        self.ensure_table(&self.duplicates_table_ready, DUPLICATES_TABLE)?;
         Ok(json_rows(self.sql.exec(STATUS, None)?)?.pop())
     }
 
@@ -355,8 +353,7 @@ impl EventInbox {
         Ok(json_rows(self.sql.exec(LOAD_EVENT, None)?)?.pop())
     }
 
-    /// One try at the effect. On success marks the event done and arms the
-    /// retention alarm; on failure records the error and arms the next retry,
+    /// One try at the effect. On success marks the event done; on failure records the error and arms the next retry,
     /// or marks the event failed once the budget is spent. `None` means the
     /// effect did not commit (yet). `fault` is for tests (see [`Fault`]).
     async fn attempt_effect(
@@ -377,7 +374,9 @@ impl EventInbox {
                      WHERE state = 'received'",
                     vec![now().into()],
                 )?;
-                self.set_alarm_at(expires_at).await?;
+                // The alarm armed at the claim stays: when it fires and
+                // finds the event done, it re-arms for the retention
+                // deadline. One storage write fewer on the reply's path.
                 Ok(Some(applied))
             }
             Err(error) => {
