@@ -225,6 +225,7 @@ describe("bad input is refused with a 4xx and writes nothing", () => {
     );
     assert.equal(await totalLedgerRows(), before);
     assert.equal(await stars("octo/never"), null);
+    assert.equal(await w.inboxState(`stripe:${JSON.parse(body).id}`), null, "no inbox may hold a refused event");
   });
 
   test("malformed bodies and missing ids are 400", async () => {

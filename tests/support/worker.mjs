@@ -3,7 +3,7 @@
 // real local D1 with migrations/ applied. Nothing is mocked.
 import { readdirSync, readFileSync } from "node:fs";
 import { Miniflare } from "miniflare";
-import { unstable_getMiniflareWorkerOptions, unstable_splitSqlQuery } from "wrangler";
+import { unstable_getMiniflareWorkerOptions, unstable_readConfig, unstable_splitSqlQuery } from "wrangler";
 
 export const SECRETS = {
   STRIPE_WEBHOOK_SECRET: "whsec_test_current, whsec_test_previous",
@@ -25,8 +25,10 @@ export async function startWorker(vars = {}, serve = {}) {
       { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
       { type: "CompiledWasm", include: ["**/*.wasm"] },
     ],
+    // wrangler.toml's [vars] only: a developer's .dev.vars must not leak
+    // into the tests.
     bindings: {
-      ...workerOptions.bindings,
+      ...unstable_readConfig({ config: "wrangler.toml" }).vars,
       ...SECRETS,
       TEST_FAULTS: "enabled",
       EFFECT_RETRY_BASE_MS: "200",
