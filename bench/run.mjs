@@ -12,7 +12,7 @@
 //             the inbox without touching D1)
 // Prints events/s and p50/p99 latency per scenario, and the wasm size.
 import { createHmac } from "node:crypto";
-import { existsSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import http from "node:http";
 import os from "node:os";
 import { join } from "node:path";
@@ -89,10 +89,31 @@ function post(url, { body, headers }) {
   });
 }
 
+/**
+ * CPU time (user + system, ms) used so far by the workerd process that
+ * Miniflare started, or null off Linux. Less at the mercy of a noisy machine
+ * than events/s: it is what one event costs the runtime, whatever the wait.
+ */
+function workerdCpuMs() {
+  try {
+    for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      if (stat.includes("(workerd)") && Number(fields[1]) === process.pid) {
+        return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // clock ticks at 100 Hz
+      }
+    }
+  } catch {
+    // not Linux
+  }
+  return null;
+}
+
 /** Sends `requests` with at most `concurrency` in flight. */
 async function drive(url, requests, concurrency) {
   const results = new Array(requests.length);
   let next = 0;
+  const cpuBefore = workerdCpuMs();
   const started = process.hrtime.bigint();
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
@@ -103,10 +124,12 @@ async function drive(url, requests, concurrency) {
     }),
   );
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-  return { results, seconds };
+  const cpuAfter = workerdCpuMs();
+  const cpuMs = cpuBefore === null || cpuAfter === null ? null : cpuAfter - cpuBefore;
+  return { results, seconds, cpuMs };
 }
 
-function summarize(name, { results, seconds }) {
+function summarize(name, { results, seconds, cpuMs }) {
   const ms = results.map((r) => r.ms).sort((a, b) => a - b);
   const at = (q) => ms[Math.min(ms.length - 1, Math.floor(q * ms.length))];
   const outcomes = {};
@@ -119,6 +142,7 @@ function summarize(name, { results, seconds }) {
     "p90 ms": +at(0.9).toFixed(1),
     "p99 ms": +at(0.99).toFixed(1),
     "max ms": +at(1).toFixed(1),
+    "workerd CPU ms/req": cpuMs === null ? "n/a" : +(cpuMs / results.length).toFixed(2),
     outcomes: JSON.stringify(outcomes),
   };
   return row;
@@ -156,12 +180,13 @@ const distinct = Array.from({ length: DISTINCT }, (_, i) => signed(checkoutBody(
 rows.push(summarize(`distinct (c=${CONCURRENCY})`, await drive(url, distinct, CONCURRENCY)));
 
 // A storm is a burst: all copies of one event at once, then the next event.
-const storms = { results: [], seconds: 0 };
+const storms = { results: [], seconds: 0, cpuMs: 0 };
 for (let s = 0; s < STORMS; s++) {
   const one = signed(checkoutBody(`storm${s}`));
   const burst = await drive(url, Array(STORM_SIZE).fill(one), STORM_SIZE);
   storms.results.push(...burst.results);
   storms.seconds += burst.seconds;
+  storms.cpuMs = burst.cpuMs === null ? null : (storms.cpuMs ?? 0) + burst.cpuMs;
 }
 rows.push(summarize(`storm (${STORMS} bursts of ${STORM_SIZE})`, storms));
 
