@@ -170,7 +170,7 @@ const w = await startWorker(
     d1Persist: join(STATE_DIR, "d1"),
   },
 );
-const url = new URL("/webhooks/stripe", await w.mf.unsafeGetDirectURL()).href;
+const url = new URL("/webhooks/stripe", await w.mf.unsafeGetDirectURL("webhooks")).href;
 
 // Warm-up: instantiate the wasm and JIT both paths.
 await drive(url, Array.from({ length: 200 }, (_, i) => signed(checkoutBody(`warm${i}`))), CONCURRENCY);

@@ -13,6 +13,10 @@ use crate::signature::Secrets;
 pub const INBOX_BINDING: &str = "EVENT_INBOX";
 /// The D1 database holding the ledger and the business tables.
 pub const DB_BINDING: &str = "DB";
+/// The queue carrying outbox keys to the consumer.
+pub const OUTBOX_BINDING: &str = "OUTBOX";
+/// Where rows that exhausted their attempts are sent, for operators.
+pub const OUTBOX_DLQ_BINDING: &str = "OUTBOX_DLQ";
 
 /// A variable is missing or unreadable. The message names it; it never
 /// contains a secret's value.
@@ -87,6 +91,46 @@ impl InboxSettings {
     }
 }
 
+/// What the outbox consumer and relay need.
+pub struct OutboxSettings {
+    /// Attempts before a row is `dead` (`OUTBOX_MAX_ATTEMPTS`, default 5).
+    pub max_attempts: i64,
+    /// First retry delay (`OUTBOX_RETRY_BASE_SECS`, default 30); doubles per
+    /// failure, up to an hour.
+    pub retry_base_secs: u32,
+    /// How long a claim holds a row before another run may take it over
+    /// (`OUTBOX_LEASE_MS`, default 60 s): longer than any one call.
+    pub lease_ms: i64,
+    /// How long a due row may wait for its message before the cron relay
+    /// re-sends it (`OUTBOX_RELAY_GRACE_MS`, default 60 s).
+    pub relay_grace_ms: i64,
+}
+
+impl OutboxSettings {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(OutboxSettings {
+            max_attempts: number(env, "OUTBOX_MAX_ATTEMPTS", 5)?,
+            retry_base_secs: number(env, "OUTBOX_RETRY_BASE_SECS", 30)?,
+            lease_ms: number(env, "OUTBOX_LEASE_MS", 60_000)?,
+            relay_grace_ms: number(env, "OUTBOX_RELAY_GRACE_MS", 60_000)?,
+        })
+    }
+
+    /// Delay before the retry that follows `failures` failed attempts.
+    pub fn backoff_secs(&self, failures: i64) -> u32 {
+        const CAP_SECS: u32 = 60 * 60;
+        let doublings = failures.saturating_sub(1).clamp(0, 20) as u32;
+        self.retry_base_secs
+            .saturating_mul(1 << doublings)
+            .min(CAP_SECS)
+    }
+}
+
+/// An optional variable or secret (an outbox target), `None` when unset or blank.
+pub fn optional(env: &Env, name: &str) -> Option<String> {
+    text(env, name).filter(|v| !v.trim().is_empty())
+}
+
 /// A provider's secret(s), from a secret binding or (in local `.dev.vars`) a var.
 pub fn secrets(env: &Env, name: &str) -> Result<Secrets, ConfigError> {
     text(env, name)
@@ -130,6 +174,19 @@ fn number<T: FromStr>(env: &Env, name: &str, default: T) -> Result<T, ConfigErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outbox_backoff_doubles_up_to_an_hour() {
+        let s = OutboxSettings {
+            max_attempts: 5,
+            retry_base_secs: 30,
+            lease_ms: 0,
+            relay_grace_ms: 0,
+        };
+        let delays: Vec<u32> = (1..=4).map(|n| s.backoff_secs(n)).collect();
+        assert_eq!(delays, vec![30, 60, 120, 240]);
+        assert_eq!(s.backoff_secs(30), 3600);
+    }
 
     #[test]
     fn durations_take_a_unit() {

@@ -28,6 +28,7 @@ use worker::{
 use crate::config::{InboxSettings, DB_BINDING};
 use crate::effects::{self, Applied};
 use crate::event::VerifiedEvent;
+use crate::outbox;
 
 /// What a delivery did, as the sender is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +69,12 @@ pub enum Fault {
     /// The first effect attempt commits in D1, then fails before the inbox
     /// marks it done (a lost reply from D1).
     FailAfterEffect,
+    /// The effect commits, then sending its outbox keys to the queue fails;
+    /// the cron relay must send them.
+    FailEnqueue,
+    /// Passed on to the queue consumer: it performs a side effect, then
+    /// "crashes" before marking it sent.
+    CrashAfterCall,
 }
 
 impl Fault {
@@ -76,6 +83,8 @@ impl Fault {
         match name {
             "fail-before-effect" => Some(Fault::FailBeforeEffect),
             "fail-after-effect" => Some(Fault::FailAfterEffect),
+            "fail-enqueue" => Some(Fault::FailEnqueue),
+            "crash-after-call" => Some(Fault::CrashAfterCall),
             _ => None,
         }
     }
@@ -84,6 +93,8 @@ impl Fault {
         match self {
             Fault::FailBeforeEffect => "fail-before-effect",
             Fault::FailAfterEffect => "fail-after-effect",
+            Fault::FailEnqueue => "fail-enqueue",
+            Fault::CrashAfterCall => "crash-after-call",
         }
     }
 }
@@ -384,11 +395,11 @@ impl EventInbox {
                 let exhausted = failures >= settings.max_attempts;
                 console_error!(
                     "{}",
-                    serde_json::to_string(&EffectFailed {
+                    serde_json::to_string(&LogLine {
                         msg: "effect_failed",
                         key: &key,
-                        attempt: failures,
-                        last: exhausted,
+                        attempt: Some(failures),
+                        last: Some(exhausted),
                         error: &error,
                     })?
                 );
@@ -414,14 +425,36 @@ impl EventInbox {
         if fault == Some(Fault::FailBeforeEffect) {
             return Err("injected fault: before effect".into());
         }
-        let batch =
+        let plan =
             effects::plan(event, now()).map_err(|e| format!("unplannable event: {}", e.0))?;
         let db = self.env.d1(DB_BINDING).map_err(|e| e.to_string())?;
-        let applied = effects::apply(&db, batch)
+        let applied = effects::apply(&db, plan.batch)
             .await
             .map_err(|e| e.to_string())?;
         if fault == Some(Fault::FailAfterEffect) {
             return Err("injected fault: after effect committed".into());
+        }
+        // After the commit, never before: a message must not outrun its row.
+        // Also after `Earlier`: that attempt's send may be what was lost.
+        let sent = if fault == Some(Fault::FailEnqueue) {
+            Err("injected fault: enqueue".into())
+        } else {
+            let fault = fault
+                .filter(|f| *f == Fault::CrashAfterCall)
+                .map(Fault::as_str);
+            outbox::enqueue(&self.env, &plan.outbox_keys, fault).await
+        };
+        if let Err(e) = sent {
+            // Nothing is lost: the rows are committed as pending, and the
+            // cron relay sends them after its grace period.
+            let line = LogLine {
+                msg: "enqueue_failed",
+                key: &event.key(),
+                attempt: None,
+                last: None,
+                error: &e.to_string(),
+            };
+            console_error!("{}", serde_json::to_string(&line).unwrap_or_default());
         }
         Ok(applied)
     }
@@ -455,15 +488,16 @@ impl EventInbox {
     }
 }
 
-/// The log line of a failed effect attempt.
+/// The inbox's log lines (a failed effect attempt, a failed enqueue).
 #[derive(Serialize)]
-struct EffectFailed<'a> {
+struct LogLine<'a> {
     msg: &'static str,
     key: &'a str,
-    attempt: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempt: Option<i64>,
     /// True when the retry budget is spent and the event is marked failed.
-    #[serde(rename = "final")]
-    last: bool,
+    #[serde(rename = "final", skip_serializing_if = "Option::is_none")]
+    last: Option<bool>,
     error: &'a str,
 }
 

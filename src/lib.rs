@@ -11,18 +11,27 @@
 //!   It serializes duplicates, claims the event with synchronous SQL, stores
 //!   it before replying, and retries an unfinished effect from its alarm.
 //! - [`effects`]: what an event changes in D1, applied in one batch with the
-//!   ledger row that makes it happen once.
+//!   ledger row that makes it happen once, and the outbox rows of its side
+//!   effects.
+//! - [`outbox`]: after the commit, side effects (email, chat) go through a
+//!   Queue; the consumer performs each once, under its own idempotency key,
+//!   and a cron relay re-sends what a lost message left behind.
 //! - [`config`]: vars, secrets and bindings, with errors that name the variable.
 
 pub mod config;
 pub mod effects;
 pub mod event;
 pub mod inbox;
+pub mod outbox;
 pub mod providers;
 pub mod receive;
 pub mod signature;
 
-use worker::{event, Context, Env, Method, Request, Response, Result};
+use worker::wasm_bindgen::JsValue;
+use worker::{
+    event, Context, Env, MessageBatch, Method, Request, Response, Result, ScheduleContext,
+    ScheduledEvent,
+};
 
 pub use inbox::EventInbox;
 
@@ -42,5 +51,21 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
             Response::ok("idempotent webhook receiver: POST /webhooks/{source}\n")
         }
         None => Response::error("not found", 404),
+    }
+}
+
+/// The outbox consumer: performs side effects, each under its own key.
+#[event(queue)]
+async fn queue(batch: MessageBatch<JsValue>, env: Env, _ctx: Context) -> Result<()> {
+    outbox::consume(batch, &env).await
+}
+
+/// The cron relay (`[triggers] crons`): re-sends outbox rows whose queue
+/// message was lost.
+#[event(scheduled)]
+async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    if let Err(e) = outbox::relay(&env).await {
+        let error = serde_json::to_string(&e.to_string()).unwrap_or_default();
+        worker::console_error!(r#"{{"msg":"outbox_relay_failed","error":{error}}}"#);
     }
 }

@@ -1,5 +1,6 @@
 //! Business effects: what an event changes in D1, planned as SQL statements
-//! and applied in ONE batch (one transaction) together with the ledger row.
+//! and applied in ONE batch (one transaction) together with the ledger row
+//! and the outbox rows of its side effects (see `outbox`).
 //!
 //! The ledger row (`processed_events`, primary key `(source, event_id)`) is a
 //! plain INSERT placed first in the batch. A second attempt at the same event
@@ -18,6 +19,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use crate::event::VerifiedEvent;
+use crate::outbox::{self, notify_chat, send_receipt, SideEffect};
 
 /// A bound SQL parameter.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,9 +68,18 @@ pub struct PlanError(pub String);
 const LEDGER_INSERT: &str = "INSERT INTO processed_events \
      (source, event_id, type, received_at, processed_at) VALUES (?1, ?2, ?3, ?4, ?5)";
 
-/// The full batch for an event: the ledger row first, then its effect.
-/// `now` (ms) stamps `processed_at` and the effect rows.
-pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Vec<Statement>, PlanError> {
+/// An event's effect: the batch to commit, and the keys of the outbox rows
+/// it writes (to enqueue once it has committed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub batch: Vec<Statement>,
+    pub outbox_keys: Vec<String>,
+}
+
+/// The full batch for an event: the ledger row first, then its writes, then
+/// one outbox row per side effect. `now` (ms) stamps `processed_at` and the
+/// rows.
+pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
     let ledger = Statement {
         sql: LEDGER_INSERT,
         params: vec![
@@ -80,18 +91,34 @@ pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Vec<Statement>, PlanError
         ],
     };
     let body = event.body.as_str();
-    let effect = match (event.provider.as_str(), event.kind.as_str()) {
-        ("stripe", "checkout.session.completed") => orders::checkout_completed(body, now)?,
-        ("stripe", "payment_intent.succeeded") => orders::payment_succeeded(body, now)?,
-        ("stripe", "customer.subscription.updated" | "customer.subscription.deleted") => {
-            subscriptions::set_state(body, &event.id, now)?
-        }
-        ("github", "star.created") => stars::count(body, 1)?,
-        ("github", "star.deleted") => stars::count(body, -1)?,
-        // Any other event: the ledger row alone records that it was handled.
-        _ => Vec::new(),
-    };
-    Ok(std::iter::once(ledger).chain(effect).collect())
+    let (writes, side_effects): (Vec<Statement>, Vec<SideEffect>) =
+        match (event.provider.as_str(), event.kind.as_str()) {
+            ("stripe", "checkout.session.completed") => (
+                orders::checkout_completed(body, now)?,
+                send_receipt::intent(body)?.into_iter().collect(),
+            ),
+            ("stripe", "payment_intent.succeeded") => {
+                (orders::payment_succeeded(body, now)?, Vec::new())
+            }
+            ("stripe", "customer.subscription.updated" | "customer.subscription.deleted") => {
+                (subscriptions::set_state(body, &event.id, now)?, Vec::new())
+            }
+            ("github", "star.created") => {
+                (stars::count(body, 1)?, vec![notify_chat::intent(body)?])
+            }
+            ("github", "star.deleted") => (stars::count(body, -1)?, Vec::new()),
+            // Any other event: the ledger row alone records that it was handled.
+            _ => (Vec::new(), Vec::new()),
+        };
+    let (outbox_rows, outbox_keys): (Vec<Statement>, Vec<String>) = side_effects
+        .into_iter()
+        .map(|side_effect| outbox::insert(event, side_effect, now))
+        .unzip();
+    let batch = std::iter::once(ledger)
+        .chain(writes)
+        .chain(outbox_rows)
+        .collect();
+    Ok(Plan { batch, outbox_keys })
 }
 
 /// How an apply attempt ended.
@@ -138,17 +165,17 @@ fn to_js(params: Vec<Value>) -> Vec<worker::wasm_bindgen::JsValue> {
 
 /// A Stripe event: its creation time and `data.object`.
 #[derive(Deserialize)]
-struct StripeEvent<T> {
-    created: i64,
-    data: StripeData<T>,
+pub(crate) struct StripeEvent<T> {
+    pub created: i64,
+    pub data: StripeData<T>,
 }
 
 #[derive(Deserialize)]
-struct StripeData<T> {
-    object: T,
+pub(crate) struct StripeData<T> {
+    pub object: T,
 }
 
-fn parse<T: DeserializeOwned>(body: &str) -> Result<T, PlanError> {
+pub(crate) fn parse<T: DeserializeOwned>(body: &str) -> Result<T, PlanError> {
     serde_json::from_str(body).map_err(|e| PlanError(e.to_string()))
 }
 
@@ -170,8 +197,9 @@ mod tests {
     #[test]
     fn every_batch_starts_with_the_ledger_row() {
         let plan = plan(&event("github", "ping", "{}"), 2_000).unwrap();
+        assert!(plan.outbox_keys.is_empty());
         assert_eq!(
-            plan,
+            plan.batch,
             vec![Statement {
                 sql: LEDGER_INSERT,
                 params: vec![
@@ -186,11 +214,24 @@ mod tests {
     }
 
     #[test]
-    fn effects_follow_the_ledger_row() {
+    fn writes_then_outbox_rows_follow_the_ledger_row() {
         let body = r#"{"action":"created","repository":{"full_name":"o/r"}}"#;
         let plan = plan(&event("github", "star.created", body), 2_000).unwrap();
-        assert_eq!(plan.len(), 2);
-        assert_eq!(plan[0].sql, LEDGER_INSERT);
+        assert_eq!(plan.batch.len(), 3);
+        assert_eq!(plan.batch[0].sql, LEDGER_INSERT);
+        assert!(plan.batch[1].sql.contains("repo_stars"));
+        assert!(plan.batch[2].sql.starts_with("INSERT INTO outbox"));
+        let key = outbox::idempotency_key("github", "evt_1", "notify_chat");
+        assert_eq!(plan.outbox_keys, vec![key.clone()]);
+        assert_eq!(plan.batch[2].params[0], Value::Text(key));
+    }
+
+    #[test]
+    fn a_checkout_without_email_writes_no_receipt() {
+        let body = r#"{"created":1,"data":{"object":{"id":"cs_1"}}}"#;
+        let plan = plan(&event("stripe", "checkout.session.completed", body), 2_000).unwrap();
+        assert_eq!(plan.batch.len(), 2);
+        assert!(plan.outbox_keys.is_empty());
     }
 
     #[test]

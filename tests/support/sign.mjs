@@ -26,7 +26,13 @@ let counter = 0;
 /** A fresh id, unique within the test run. */
 export const uniqueId = (prefix) => `${prefix}_${Date.now().toString(36)}${(counter++).toString(36)}`;
 
-export function checkoutCompleted({ id = uniqueId("evt"), session = uniqueId("cs"), paymentIntent = uniqueId("pi"), amount = 2000 } = {}) {
+export function checkoutCompleted({
+  id = uniqueId("evt"),
+  session = uniqueId("cs"),
+  paymentIntent = uniqueId("pi"),
+  amount = 2000,
+  email = "buyer@example.com",
+} = {}) {
   return JSON.stringify({
     id,
     object: "event",
@@ -38,7 +44,7 @@ export function checkoutCompleted({ id = uniqueId("evt"), session = uniqueId("cs
         object: "checkout.session",
         amount_total: amount,
         currency: "eur",
-        customer_details: { email: "buyer@example.com" },
+        customer_details: { email },
         payment_intent: paymentIntent,
       },
     },
@@ -65,6 +71,6 @@ export function subscriptionEvent({ id = uniqueId("evt"), type, created, subscri
   });
 }
 
-export function starEvent({ action = "created", repo }) {
-  return JSON.stringify({ action, starred_at: null, repository: { full_name: repo }, sender: { login: "octocat" } });
+export function starEvent({ action = "created", repo, sender = "octocat" }) {
+  return JSON.stringify({ action, starred_at: null, repository: { full_name: repo }, sender: { login: sender } });
 }

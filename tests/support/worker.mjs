@@ -2,7 +2,7 @@
 // bindings wrangler.toml declares: real SQLite-backed Durable Objects and a
 // real local D1 with migrations/ applied. Nothing is mocked.
 import { readdirSync, readFileSync } from "node:fs";
-import { Miniflare } from "miniflare";
+import { Miniflare, Response } from "miniflare";
 import { unstable_getMiniflareWorkerOptions, unstable_readConfig, unstable_splitSqlQuery } from "wrangler";
 
 export const SECRETS = {
@@ -11,33 +11,88 @@ export const SECRETS = {
 };
 
 /**
- * Starts the worker; `vars` override wrangler.toml's [vars]. `serve` adds
- * Miniflare options such as `{ port: 0 }` to listen on loopback.
+ * A fake HTTP target for side effects (the email API, the chat webhook, the
+ * dead-letter recorder): every outbound fetch of the workers lands here and
+ * is recorded. `answer(call)` picks the status; 200 by default.
  */
-export async function startWorker(vars = {}, serve = {}) {
-  const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
-  const mf = new Miniflare({
-    ...workerOptions,
-    modules: true,
-    scriptPath: "build/worker/shim.mjs",
-    modulesRoot: "build",
-    modulesRules: [
-      { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
-      { type: "CompiledWasm", include: ["**/*.wasm"] },
-    ],
-    // wrangler.toml's [vars] only: a developer's .dev.vars must not leak
-    // into the tests.
-    bindings: {
-      ...unstable_readConfig({ config: "wrangler.toml" }).vars,
-      ...SECRETS,
-      TEST_FAULTS: "enabled",
-      EFFECT_RETRY_BASE_MS: "200",
-      ...vars,
+export function fakeTarget() {
+  const target = {
+    calls: [],
+    answer: () => 200,
+    async handle(request) {
+      const call = {
+        url: request.url,
+        idempotencyKey: request.headers.get("idempotency-key"),
+        authorization: request.headers.get("authorization"),
+        body: await request.text(),
+      };
+      target.calls.push(call);
+      const status = target.answer(call, target.calls.length);
+      return new Response(JSON.stringify({ id: `call_${target.calls.length}` }), { status });
     },
+    /** The calls to one URL prefix. */
+    to: (prefix) => target.calls.filter((c) => c.url.startsWith(prefix)),
+  };
+  return target;
+}
+
+// Consumes the dead-letter queue in the tests, forwarding each message to the
+// fake target, so that a test can see what was dead-lettered.
+const DLQ_RECORDER = `export default {
+  async queue(batch) {
+    for (const m of batch.messages) {
+      await fetch("http://dlq.test/", { method: "POST", body: String(m.body) });
+      m.ack();
+    }
+  },
+};`;
+
+/**
+ * Starts the worker; `vars` override wrangler.toml's [vars]. `options` adds
+ * Miniflare options (`unsafeDirectSockets` goes to the worker, the rest to
+ * Miniflare itself, e.g. `{ d1Persist: "/some/dir" }`).
+ */
+export async function startWorker(vars = {}, options = {}) {
+  const { unsafeDirectSockets, ...shared } = options;
+  const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
+  const target = fakeTarget();
+  const outboundService = (request) => target.handle(request);
+  const mf = new Miniflare({
     d1Persist: false,
     durableObjectsPersist: false,
     cf: false,
-    ...serve,
+    ...shared,
+    workers: [
+      {
+        ...workerOptions,
+        name: "webhooks",
+        modules: true,
+        scriptPath: "build/worker/shim.mjs",
+        modulesRoot: "build",
+        modulesRules: [
+          { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
+          { type: "CompiledWasm", include: ["**/*.wasm"] },
+        ],
+        // wrangler.toml's [vars] only: a developer's .dev.vars must not leak
+        // into the tests.
+        bindings: {
+          ...unstable_readConfig({ config: "wrangler.toml" }).vars,
+          ...SECRETS,
+          TEST_FAULTS: "enabled",
+          EFFECT_RETRY_BASE_MS: "200",
+          ...vars,
+        },
+        outboundService,
+        unsafeDirectSockets,
+      },
+      {
+        name: "dlq-recorder",
+        modules: true,
+        script: DLQ_RECORDER,
+        queueConsumers: { "webhook-outbox-dlq": { maxBatchTimeout: 1 } },
+        outboundService,
+      },
+    ],
   });
   const db = await mf.getD1Database("DB");
   for (const file of readdirSync("migrations").sort()) {
@@ -48,6 +103,7 @@ export async function startWorker(vars = {}, serve = {}) {
   return {
     mf,
     db,
+    target,
     /** POSTs to the worker; `init` as for fetch. */
     post(path, body, headers = {}) {
       return mf.dispatchFetch(`http://localhost${path}`, { method: "POST", body, headers });

@@ -1,0 +1,423 @@
+//! Side effects through an outbox on Cloudflare Queues.
+//!
+//! An email or a third-party call cannot be rolled back, so it never runs in
+//! the effect path. The effect batch writes it as intent — an `outbox` row —
+//! in the same D1 transaction as the ledger row, so the intent exists exactly
+//! when the effect does. After the commit the inbox sends the row's key to the
+//! queue; the consumer here claims the row, performs the call with the row's
+//! own idempotency key, and marks it sent.
+//!
+//! Every step may repeat, and none does harm twice:
+//! - the queue delivers at least once, and the cron relay re-sends rows whose
+//!   message was lost: the consumer claims a row with a conditional UPDATE, so
+//!   one run performs it at a time, and a `sent` row is only acknowledged;
+//! - a crash after the call but before `sent` re-performs the call with the
+//!   *same* key (derived from source, event id and action, never from the
+//!   attempt), and the provider's idempotency absorbs it.
+//!
+//! To add a side effect: a file like `notify_chat.rs` with `intent` (event
+//! body → [`SideEffect`]) and `perform` (payload → HTTP call), an arm in
+//! [`perform`], and the `intent` call in `effects::plan`.
+
+pub mod notify_chat;
+pub mod send_receipt;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use worker::wasm_bindgen::JsValue;
+use worker::{
+    console_error, console_log, D1Database, Date, Env, Fetch, Headers, MessageBatch, MessageExt,
+    Method, QueueContentType, QueueRetryOptionsBuilder, RawMessageBuilder, Request, RequestInit,
+};
+
+use crate::config::{OutboxSettings, DB_BINDING, OUTBOX_BINDING, OUTBOX_DLQ_BINDING};
+use crate::effects::Statement;
+use crate::event::VerifiedEvent;
+
+/// An intended side effect, produced while planning an event's effect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SideEffect {
+    pub action: &'static str,
+    /// JSON: everything the performer needs, fixed at planning time.
+    pub payload: String,
+}
+
+impl SideEffect {
+    pub fn new(action: &'static str, payload: &impl Serialize) -> Self {
+        SideEffect {
+            action,
+            // Plain structs of strings: serialization cannot fail.
+            payload: serde_json::to_string(payload).expect("payload serializes"),
+        }
+    }
+}
+
+/// How a performer ended.
+pub enum Performed {
+    Sent,
+    /// Not configured: nothing to call. Marked sent, with this note, so that
+    /// a local run with no accounts still completes.
+    Skipped(&'static str),
+}
+
+/// `sha256(source \n event id \n action)`, hex: the same for every attempt
+/// and every copy of the event, and distinct per action.
+pub fn idempotency_key(source: &str, event_id: &str, action: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(source)
+        .chain_update("\n")
+        .chain_update(event_id)
+        .chain_update("\n")
+        .chain_update(action)
+        .finalize();
+    hex::encode(digest)
+}
+
+const INSERT_ROW: &str = "INSERT INTO outbox \
+     (idempotency_key, source, event_id, action, payload, next_attempt_at, created_at, updated_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?6)";
+
+/// The outbox row for a side effect, for the effect batch, and its key.
+pub fn insert(event: &VerifiedEvent, side_effect: SideEffect, now: i64) -> (Statement, String) {
+    let key = idempotency_key(&event.source, &event.id, side_effect.action);
+    let statement = Statement {
+        sql: INSERT_ROW,
+        params: vec![
+            key.as_str().into(),
+            event.source.as_str().into(),
+            event.id.as_str().into(),
+            side_effect.action.into(),
+            side_effect.payload.into(),
+            now.into(),
+        ],
+    };
+    (statement, key)
+}
+
+/// A queue message: which row to perform. `fault` is for the end-to-end
+/// tests only (see `inbox::Fault`).
+#[derive(Serialize, Deserialize)]
+struct Job {
+    key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fault: Option<String>,
+}
+
+/// Sends the rows' keys to the queue. A failure here loses nothing: the rows
+/// are committed as `pending`, and the cron relay sends them later.
+pub async fn enqueue(env: &Env, keys: &[String], fault: Option<&str>) -> worker::Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let messages = keys
+        .iter()
+        .map(|key| {
+            let job = serde_json::to_string(&Job {
+                key: key.clone(),
+                fault: fault.map(str::to_string),
+            })?;
+            Ok(RawMessageBuilder::new(JsValue::from_str(&job))
+                .build_with_content_type(QueueContentType::Text))
+        })
+        .collect::<worker::Result<Vec<_>>>()?;
+    env.queue(OUTBOX_BINDING)?.send_raw_batch(messages).await
+}
+
+/// The cron relay: re-sends rows that are due but whose message was lost —
+/// `pending` past their due time, or `sending` past their lease — once they
+/// are older than the grace period. Returns how many it sent.
+pub async fn relay(env: &Env) -> worker::Result<usize> {
+    let settings = OutboxSettings::from_env(env).map_err(|e| e.to_string())?;
+    let db = env.d1(DB_BINDING)?;
+    let cutoff = now() - settings.relay_grace_ms;
+    let rows = db
+        .prepare(
+            "SELECT idempotency_key FROM outbox \
+             WHERE (status = 'pending' AND next_attempt_at <= ?1) \
+                OR (status = 'sending' AND lease_until <= ?1) \
+             ORDER BY next_attempt_at LIMIT 100",
+        )
+        .bind(&[(cutoff as f64).into()])?
+        .raw::<String>()
+        .await?;
+    let keys: Vec<String> = rows.into_iter().flatten().collect();
+    enqueue(env, &keys, None).await?;
+    if !keys.is_empty() {
+        console_log!(r#"{{"msg":"outbox_relay","sent":{}}}"#, keys.len());
+    }
+    Ok(keys.len())
+}
+
+/// The queue consumer: each message is one row to perform.
+pub async fn consume(batch: MessageBatch<JsValue>, env: &Env) -> worker::Result<()> {
+    let settings = OutboxSettings::from_env(env).map_err(|e| e.to_string())?;
+    let db = env.d1(DB_BINDING)?;
+    let test_faults = crate::config::Limits::from_env(env)
+        .map(|l| l.test_faults)
+        .unwrap_or(false);
+    for message in batch.raw_iter() {
+        let job: Option<Job> = message
+            .body()
+            .as_string()
+            .and_then(|text| serde_json::from_str(&text).ok());
+        let Some(job) = job else {
+            console_error!(r#"{{"msg":"outbox_bad_message","id":"{}"}}"#, message.id());
+            message.ack();
+            continue;
+        };
+        let fault = job.fault.as_deref().filter(|_| test_faults);
+        match handle(&job.key, fault, &db, env, &settings).await {
+            Ok(Next::Ack) => message.ack(),
+            Ok(Next::RetryIn(seconds)) => message.retry_with_options(
+                &QueueRetryOptionsBuilder::new()
+                    .with_delay_seconds(seconds)
+                    .build(),
+            ),
+            Err(e) => {
+                // D1 unreachable or the like: nothing was decided; try again.
+                console_error!(
+                    "{}",
+                    log_line("outbox_error", &job.key, None, Some(&e.to_string()))
+                );
+                message.retry();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What to tell the queue about a message.
+enum Next {
+    Ack,
+    RetryIn(u32),
+}
+
+#[derive(Deserialize)]
+struct Claimed {
+    action: String,
+    payload: String,
+    attempts: i64,
+}
+
+#[derive(Deserialize)]
+struct Current {
+    status: String,
+    lease_until: Option<i64>,
+}
+
+async fn handle(
+    key: &str,
+    fault: Option<&str>,
+    db: &D1Database,
+    env: &Env,
+    settings: &OutboxSettings,
+) -> worker::Result<Next> {
+    let now = now();
+    // The claim: only one consumer run holds a row at a time; a crashed run's
+    // lease expires and the row can be claimed again.
+    let claimed: Option<Claimed> = json_row(
+        db.prepare(
+            "UPDATE outbox SET status = 'sending', attempts = attempts + 1, \
+                 lease_until = ?2 + ?3, updated_at = ?2 \
+             WHERE idempotency_key = ?1 \
+               AND (status = 'pending' OR (status = 'sending' AND lease_until < ?2)) \
+             RETURNING json_object('action', action, 'payload', payload, 'attempts', attempts) AS row",
+        )
+        .bind(&[key.into(), (now as f64).into(), (settings.lease_ms as f64).into()])?,
+    )
+    .await?;
+
+    let Some(row) = claimed else {
+        let current: Option<Current> = json_row(
+            db.prepare(
+                "SELECT json_object('status', status, 'lease_until', lease_until) AS row \
+                 FROM outbox WHERE idempotency_key = ?1",
+            )
+            .bind(&[key.into()])?,
+        )
+        .await?;
+        return Ok(match current {
+            // Held by another run: look again when its lease ends.
+            Some(Current {
+                status,
+                lease_until: Some(until),
+            }) if status == "sending" => Next::RetryIn(seconds_until(until - now)),
+            // Sent, dead, or unknown: nothing to do.
+            _ => Next::Ack,
+        });
+    };
+
+    match perform(&row.action, &row.payload, key, env).await {
+        Ok(_) if fault == Some("crash-after-call") && row.attempts == 1 => {
+            // Simulates a crash after the call: the row stays claimed, and
+            // the retry performs it again, with the same key.
+            console_error!(
+                "{}",
+                log_line("outbox_test_crash", key, Some(row.attempts), None)
+            );
+            Ok(Next::RetryIn(1))
+        }
+        Ok(performed) => {
+            let note = match performed {
+                Performed::Sent => None,
+                Performed::Skipped(why) => Some(format!("skipped: {why}")),
+            };
+            db.prepare(
+                "UPDATE outbox SET status = 'sent', note = ?2, lease_until = NULL, updated_at = ?3 \
+                 WHERE idempotency_key = ?1 AND status = 'sending'",
+            )
+            .bind(&[key.into(), note.as_deref().map_or(JsValue::NULL, JsValue::from_str), (now as f64).into()])?
+            .run()
+            .await?;
+            console_log!(
+                "{}",
+                log_line("outbox_sent", key, Some(row.attempts), note.as_deref())
+            );
+            Ok(Next::Ack)
+        }
+        Err(error) if row.attempts >= settings.max_attempts => {
+            db.prepare(
+                "UPDATE outbox SET status = 'dead', last_error = ?2, lease_until = NULL, updated_at = ?3 \
+                 WHERE idempotency_key = ?1",
+            )
+            .bind(&[key.into(), error.as_str().into(), (now as f64).into()])?
+            .run()
+            .await?;
+            console_error!(
+                "{}",
+                log_line("outbox_dead", key, Some(row.attempts), Some(&error))
+            );
+            let job = serde_json::to_string(&Job {
+                key: key.to_string(),
+                fault: None,
+            })?;
+            env.queue(OUTBOX_DLQ_BINDING)?
+                .send_raw(
+                    RawMessageBuilder::new(JsValue::from_str(&job))
+                        .build_with_content_type(QueueContentType::Text),
+                )
+                .await?;
+            Ok(Next::Ack)
+        }
+        Err(error) => {
+            let delay = settings.backoff_secs(row.attempts);
+            db.prepare(
+                "UPDATE outbox SET status = 'pending', last_error = ?2, lease_until = NULL, \
+                     next_attempt_at = ?3, updated_at = ?4 \
+                 WHERE idempotency_key = ?1",
+            )
+            .bind(&[
+                key.into(),
+                error.as_str().into(),
+                ((now + i64::from(delay) * 1000) as f64).into(),
+                (now as f64).into(),
+            ])?
+            .run()
+            .await?;
+            console_error!(
+                "{}",
+                log_line("outbox_failed", key, Some(row.attempts), Some(&error))
+            );
+            Ok(Next::RetryIn(delay))
+        }
+    }
+}
+
+/// Dispatches to the performer of an action.
+async fn perform(action: &str, payload: &str, key: &str, env: &Env) -> Result<Performed, String> {
+    match action {
+        send_receipt::ACTION => send_receipt::perform(payload, key, env).await,
+        notify_chat::ACTION => notify_chat::perform(payload, key, env).await,
+        other => Err(format!("no performer for action '{other}'")),
+    }
+}
+
+/// POSTs JSON with the idempotency key. Any answer but 2xx is a failure to
+/// retry. The URL stays out of the error: webhook URLs carry tokens.
+async fn post_json(url: &str, body: &str, key: &str, bearer: Option<&str>) -> Result<(), String> {
+    let headers = Headers::new();
+    let set = |name: &str, value: &str| headers.set(name, value).map_err(|e| e.to_string());
+    set("content-type", "application/json")?;
+    set("idempotency-key", key)?;
+    if let Some(token) = bearer {
+        set("authorization", &format!("Bearer {token}"))?;
+    }
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_headers(headers)
+        .with_body(Some(JsValue::from_str(body)));
+    let request =
+        Request::new_with_init(url, &init).map_err(|_| "invalid target URL".to_string())?;
+    let response = Fetch::Request(request)
+        .send()
+        .await
+        .map_err(|e| format!("target unreachable: {e}"))?;
+    match response.status_code() {
+        200..=299 => Ok(()),
+        status => Err(format!("target answered {status}")),
+    }
+}
+
+/// The one row of a statement that returns `json_object(…) AS row`, decoded
+/// with serde_json (see `inbox::json_rows` for why).
+async fn json_row<T: for<'de> Deserialize<'de>>(
+    statement: worker::D1PreparedStatement,
+) -> worker::Result<Option<T>> {
+    match statement.first::<String>(Some("row")).await? {
+        Some(json) => Ok(Some(serde_json::from_str(&json)?)),
+        None => Ok(None),
+    }
+}
+
+fn seconds_until(ms: i64) -> u32 {
+    u32::try_from(ms.max(0) / 1000 + 1).unwrap_or(u32::MAX)
+}
+
+fn log_line(msg: &str, key: &str, attempt: Option<i64>, detail: Option<&str>) -> String {
+    #[derive(Serialize)]
+    struct Line<'a> {
+        msg: &'a str,
+        idempotency_key: &'a str,
+        attempt: Option<i64>,
+        detail: Option<&'a str>,
+    }
+    serde_json::to_string(&Line {
+        msg,
+        idempotency_key: key,
+        attempt,
+        detail,
+    })
+    .unwrap_or_default()
+}
+
+fn now() -> i64 {
+    Date::now().as_millis() as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_is_stable_and_distinct_per_action() {
+        let a = idempotency_key("stripe", "evt_1", "send_receipt");
+        assert_eq!(a, idempotency_key("stripe", "evt_1", "send_receipt"));
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, idempotency_key("stripe", "evt_1", "notify_chat"));
+        assert_ne!(a, idempotency_key("stripe", "evt_2", "send_receipt"));
+        // The separator keeps ("a", "bc") and ("ab", "c") apart.
+        assert_ne!(
+            idempotency_key("a", "bc", "x"),
+            idempotency_key("ab", "c", "x")
+        );
+    }
+
+    #[test]
+    fn the_key_is_sha256_of_the_joined_parts() {
+        // printf 'stripe\nevt_1\nsend_receipt' | sha256sum
+        assert_eq!(
+            idempotency_key("stripe", "evt_1", "send_receipt"),
+            "c24ffbe2d9f222eedd6924aa2653c6edb063bbc154ec4d72a33cd74a11830edf"
+        );
+    }
+}
