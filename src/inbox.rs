@@ -19,16 +19,16 @@ use std::cell::Cell;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use worker::wasm_bindgen::{self, JsValue};
+use worker::wasm_bindgen;
 use worker::{
-    console_error, durable_object, Date, DurableObject, Env, Method, Request, RequestInit,
-    Response, Result, SqlCursor, SqlStorage, SqlStorageValue, State, Stub,
+    console_error, durable_object, Date, DurableObject, Env, Method, Request, Response, Result,
+    SqlCursor, SqlStorage, SqlStorageValue, State, Stub,
 };
 
 use crate::config::{InboxSettings, DB_BINDING};
 use crate::effects::{self, Applied};
 use crate::event::VerifiedEvent;
-use crate::outbox;
+use crate::{http, outbox};
 
 /// What a delivery did, as the sender is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,10 +111,7 @@ struct Delivery {
 pub async fn deliver(stub: &Stub, event: VerifiedEvent, fault: Option<Fault>) -> Result<Outcome> {
     let fault = fault.map(|f| f.as_str().to_string());
     let body = serde_json::to_string(&Delivery { event, fault })?;
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post)
-        .with_body(Some(JsValue::from_str(&body)));
-    let request = Request::new_with_init("https://inbox/deliver", &init)?;
+    let request = http::post("https://inbox/deliver", &body, &[])?;
     let mut response = stub.fetch_with_request(request).await?;
     if response.status_code() != 200 {
         return Err(format!("inbox answered {}", response.status_code()).into());

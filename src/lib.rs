@@ -21,6 +21,7 @@
 pub mod config;
 pub mod effects;
 pub mod event;
+pub mod http;
 pub mod inbox;
 pub mod outbox;
 pub mod providers;

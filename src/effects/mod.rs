@@ -11,8 +11,8 @@
 //!
 //! Planning is pure, so it is tested on the host; only [`apply`] touches D1.
 
-mod orders;
-mod stars;
+pub mod orders;
+pub mod stars;
 mod subscriptions;
 
 use serde::de::DeserializeOwned;
@@ -93,10 +93,14 @@ pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
     let body = event.body.as_str();
     let (writes, side_effects): (Vec<Statement>, Vec<SideEffect>) =
         match (event.provider.as_str(), event.kind.as_str()) {
-            ("stripe", "checkout.session.completed") => (
-                orders::checkout_completed(body, now)?,
-                send_receipt::intent(body)?.into_iter().collect(),
-            ),
+            ("stripe", "checkout.session.completed") => {
+                let session = orders::CheckoutSession::from_event(body)?;
+                let receipt = send_receipt::intent(&session);
+                (
+                    orders::checkout_completed(&session, now),
+                    receipt.into_iter().collect(),
+                )
+            }
             ("stripe", "payment_intent.succeeded") => {
                 (orders::payment_succeeded(body, now)?, Vec::new())
             }
@@ -104,9 +108,13 @@ pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
                 (subscriptions::set_state(body, &event.id, now)?, Vec::new())
             }
             ("github", "star.created") => {
-                (stars::count(body, 1)?, vec![notify_chat::intent(body)?])
+                let star = stars::StarEvent::from_event(body)?;
+                (stars::count(&star, 1), vec![notify_chat::intent(&star)])
             }
-            ("github", "star.deleted") => (stars::count(body, -1)?, Vec::new()),
+            ("github", "star.deleted") => {
+                let star = stars::StarEvent::from_event(body)?;
+                (stars::count(&star, -1), Vec::new())
+            }
             // Any other event: the ledger row alone records that it was handled.
             _ => (Vec::new(), Vec::new()),
         };

@@ -10,18 +10,31 @@ use serde::Deserialize;
 
 use super::{parse, PlanError, Statement, StripeEvent};
 
+/// The parts of a Checkout Session the order and the receipt need.
 #[derive(Deserialize)]
-struct CheckoutSession {
-    id: String,
-    amount_total: Option<i64>,
-    currency: Option<String>,
-    customer_details: Option<CustomerDetails>,
-    payment_intent: Option<String>,
+pub struct CheckoutSession {
+    pub id: String,
+    pub amount_total: Option<i64>,
+    pub currency: Option<String>,
+    pub customer_details: Option<CustomerDetails>,
+    pub payment_intent: Option<String>,
 }
 
 #[derive(Deserialize)]
-struct CustomerDetails {
-    email: Option<String>,
+pub struct CustomerDetails {
+    pub email: Option<String>,
+}
+
+impl CheckoutSession {
+    /// Reads `data.object` of a `checkout.session.completed`.
+    pub fn from_event(body: &str) -> Result<Self, PlanError> {
+        let event: StripeEvent<CheckoutSession> = parse(body)?;
+        Ok(event.data.object)
+    }
+
+    pub fn email(&self) -> Option<&str> {
+        self.customer_details.as_ref()?.email.as_deref()
+    }
 }
 
 #[derive(Deserialize)]
@@ -41,21 +54,18 @@ const UPSERT_PAID_ORDER: &str = "INSERT INTO orders \
 const MARK_PAID_BY_INTENT: &str = "UPDATE orders SET status = 'paid', updated_at = ?2 \
      WHERE payment_intent_id = ?1 AND status <> 'paid'";
 
-pub fn checkout_completed(body: &str, now: i64) -> Result<Vec<Statement>, PlanError> {
-    let event: StripeEvent<CheckoutSession> = parse(body)?;
-    let session = event.data.object;
-    let email = session.customer_details.and_then(|c| c.email);
-    Ok(vec![Statement {
+pub fn checkout_completed(session: &CheckoutSession, now: i64) -> Vec<Statement> {
+    vec![Statement {
         sql: UPSERT_PAID_ORDER,
         params: vec![
-            session.id.into(),
-            session.payment_intent.into(),
+            session.id.as_str().into(),
+            session.payment_intent.as_deref().into(),
             session.amount_total.into(),
-            session.currency.into(),
-            email.into(),
+            session.currency.as_deref().into(),
+            session.email().into(),
             now.into(),
         ],
-    }])
+    }]
 }
 
 pub fn payment_succeeded(body: &str, now: i64) -> Result<Vec<Statement>, PlanError> {
@@ -75,7 +85,7 @@ mod tests {
     fn checkout_upserts_the_order_by_session_id() {
         let body = r#"{"id":"evt_1","created":5,"data":{"object":{"id":"cs_1","amount_total":2000,
             "currency":"eur","customer_details":{"email":"a@b.c"},"payment_intent":"pi_1"}}}"#;
-        let plan = checkout_completed(body, 9).unwrap();
+        let plan = checkout_completed(&CheckoutSession::from_event(body).unwrap(), 9);
         assert_eq!(plan[0].sql, UPSERT_PAID_ORDER);
         assert_eq!(
             plan[0].params,
@@ -93,7 +103,7 @@ mod tests {
     #[test]
     fn optional_fields_become_null() {
         let body = r#"{"created":5,"data":{"object":{"id":"cs_1"}}}"#;
-        let plan = checkout_completed(body, 9).unwrap();
+        let plan = checkout_completed(&CheckoutSession::from_event(body).unwrap(), 9);
         assert_eq!(plan[0].params[1], Value::Null);
         assert_eq!(plan[0].params[4], Value::Null);
     }
@@ -108,6 +118,6 @@ mod tests {
 
     #[test]
     fn a_session_without_id_is_a_plan_error() {
-        assert!(checkout_completed(r#"{"created":5,"data":{"object":{}}}"#, 9).is_err());
+        assert!(CheckoutSession::from_event(r#"{"created":5,"data":{"object":{}}}"#).is_err());
     }
 }

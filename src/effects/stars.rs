@@ -7,26 +7,38 @@ use serde::Deserialize;
 
 use super::{parse, PlanError, Statement};
 
+/// The parts of a `star` event the counter and the chat message need.
 #[derive(Deserialize)]
-struct StarEvent {
-    repository: Repository,
+pub struct StarEvent {
+    pub repository: Repository,
+    pub sender: Option<Sender>,
 }
 
 #[derive(Deserialize)]
-struct Repository {
-    full_name: String,
+pub struct Repository {
+    pub full_name: String,
+}
+
+#[derive(Deserialize)]
+pub struct Sender {
+    pub login: String,
+}
+
+impl StarEvent {
+    pub fn from_event(body: &str) -> Result<Self, PlanError> {
+        parse(body)
+    }
 }
 
 const ADD_STARS: &str = "INSERT INTO repo_stars (repo, stars) VALUES (?1, ?2) \
      ON CONFLICT (repo) DO UPDATE SET stars = repo_stars.stars + excluded.stars";
 
 /// `delta` is +1 for `created`, -1 for `deleted`.
-pub fn count(body: &str, delta: i64) -> Result<Vec<Statement>, PlanError> {
-    let event: StarEvent = parse(body)?;
-    Ok(vec![Statement {
+pub fn count(star: &StarEvent, delta: i64) -> Vec<Statement> {
+    vec![Statement {
         sql: ADD_STARS,
-        params: vec![event.repository.full_name.into(), delta.into()],
-    }])
+        params: vec![star.repository.full_name.as_str().into(), delta.into()],
+    }]
 }
 
 #[cfg(test)]
@@ -37,12 +49,12 @@ mod tests {
     #[test]
     fn moves_the_named_repository_by_delta() {
         let body = r#"{"action":"deleted","repository":{"full_name":"octo/cat"}}"#;
-        let plan = count(body, -1).unwrap();
+        let plan = count(&StarEvent::from_event(body).unwrap(), -1);
         assert_eq!(plan[0].params, vec!["octo/cat".into(), Value::Int(-1)]);
     }
 
     #[test]
     fn a_star_without_repository_is_a_plan_error() {
-        assert!(count(r#"{"action":"created"}"#, 1).is_err());
+        assert!(StarEvent::from_event(r#"{"action":"created"}"#).is_err());
     }
 }

@@ -26,13 +26,14 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use worker::wasm_bindgen::JsValue;
 use worker::{
-    console_error, console_log, D1Database, Date, Env, Fetch, Headers, MessageBatch, MessageExt,
-    Method, QueueContentType, QueueRetryOptionsBuilder, RawMessageBuilder, Request, RequestInit,
+    console_error, console_log, D1Database, Date, Env, Fetch, MessageBatch, MessageExt,
+    QueueContentType, QueueRetryOptionsBuilder, RawMessageBuilder,
 };
 
 use crate::config::{OutboxSettings, DB_BINDING, OUTBOX_BINDING, OUTBOX_DLQ_BINDING};
 use crate::effects::Statement;
 use crate::event::VerifiedEvent;
+use crate::http;
 
 /// An intended side effect, produced while planning an event's effect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -335,19 +336,13 @@ async fn perform(action: &str, payload: &str, key: &str, env: &Env) -> Result<Pe
 /// POSTs JSON with the idempotency key. Any answer but 2xx is a failure to
 /// retry. The URL stays out of the error: webhook URLs carry tokens.
 async fn post_json(url: &str, body: &str, key: &str, bearer: Option<&str>) -> Result<(), String> {
-    let headers = Headers::new();
-    let set = |name: &str, value: &str| headers.set(name, value).map_err(|e| e.to_string());
-    set("content-type", "application/json")?;
-    set("idempotency-key", key)?;
-    if let Some(token) = bearer {
-        set("authorization", &format!("Bearer {token}"))?;
-    }
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post)
-        .with_headers(headers)
-        .with_body(Some(JsValue::from_str(body)));
-    let request =
-        Request::new_with_init(url, &init).map_err(|_| "invalid target URL".to_string())?;
+    let authorization = bearer.map(|token| format!("Bearer {token}"));
+    let mut headers = vec![
+        ("content-type", "application/json"),
+        ("idempotency-key", key),
+    ];
+    headers.extend(authorization.as_deref().map(|a| ("authorization", a)));
+    let request = http::post(url, body, &headers).map_err(|_| "invalid target URL".to_string())?;
     let response = Fetch::Request(request)
         .send()
         .await

@@ -1,30 +1,14 @@
 //! `notify_chat`: tell a chat channel about a new GitHub star, through a
 //! Slack-style incoming webhook: `POST {NOTIFY_URL}` with `{"text": …}`.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use worker::Env;
 
 use super::{post_json, Performed, SideEffect};
 use crate::config;
-use crate::effects::{parse, PlanError};
+use crate::effects::stars::StarEvent;
 
 pub const ACTION: &str = "notify_chat";
-
-#[derive(Deserialize)]
-struct StarEvent {
-    repository: Repository,
-    sender: Option<Sender>,
-}
-
-#[derive(Deserialize)]
-struct Repository {
-    full_name: String,
-}
-
-#[derive(Deserialize)]
-struct Sender {
-    login: String,
-}
 
 /// Stored as the row's payload and posted as is.
 #[derive(Serialize)]
@@ -32,15 +16,12 @@ struct Message {
     text: String,
 }
 
-pub fn intent(body: &str) -> Result<SideEffect, PlanError> {
-    let event: StarEvent = parse(body)?;
-    let who = event
-        .sender
-        .map_or_else(|| "Someone".to_string(), |s| s.login);
+pub fn intent(star: &StarEvent) -> SideEffect {
+    let who = star.sender.as_ref().map_or("Someone", |s| s.login.as_str());
     let message = Message {
-        text: format!("{who} starred {}", event.repository.full_name),
+        text: format!("{who} starred {}", star.repository.full_name),
     };
-    Ok(SideEffect::new(ACTION, &message))
+    SideEffect::new(ACTION, &message)
 }
 
 /// The URL is a secret of its own (Slack's carry a token): it never appears
@@ -60,7 +41,7 @@ mod tests {
     #[test]
     fn the_message_names_who_and_what() {
         let body = r#"{"action":"created","repository":{"full_name":"octo/cat"},"sender":{"login":"mona"}}"#;
-        let side_effect = intent(body).unwrap();
+        let side_effect = intent(&StarEvent::from_event(body).unwrap());
         assert_eq!(side_effect.action, ACTION);
         assert_eq!(side_effect.payload, r#"{"text":"mona starred octo/cat"}"#);
     }

@@ -6,22 +6,9 @@ use worker::Env;
 
 use super::{post_json, Performed, SideEffect};
 use crate::config;
-use crate::effects::{parse, PlanError, StripeEvent};
+use crate::effects::orders::CheckoutSession;
 
 pub const ACTION: &str = "send_receipt";
-
-#[derive(Deserialize)]
-struct CheckoutSession {
-    id: String,
-    amount_total: Option<i64>,
-    currency: Option<String>,
-    customer_details: Option<CustomerDetails>,
-}
-
-#[derive(Deserialize)]
-struct CustomerDetails {
-    email: Option<String>,
-}
 
 /// What the row stores, and the performer reads back.
 #[derive(Serialize, Deserialize)]
@@ -31,19 +18,15 @@ struct Receipt {
     text: String,
 }
 
-/// The receipt for a `checkout.session.completed`; none without an email.
-pub fn intent(body: &str) -> Result<Option<SideEffect>, PlanError> {
-    let event: StripeEvent<CheckoutSession> = parse(body)?;
-    let session = event.data.object;
-    let Some(to) = session.customer_details.and_then(|c| c.email) else {
-        return Ok(None);
-    };
-    let amount = match (session.amount_total, session.currency) {
+/// The receipt for a paid checkout; none without an email.
+pub fn intent(session: &CheckoutSession) -> Option<SideEffect> {
+    let to = session.email()?.to_string();
+    let amount = match (session.amount_total, &session.currency) {
         (Some(minor), Some(currency)) => format!(
             " of {}.{:02} {}",
             minor / 100,
             minor % 100,
-            currency.to_uppercase()
+            currency.to_ascii_uppercase()
         ),
         _ => String::new(),
     };
@@ -55,7 +38,7 @@ pub fn intent(body: &str) -> Result<Option<SideEffect>, PlanError> {
             session.id
         ),
     };
-    Ok(Some(SideEffect::new(ACTION, &receipt)))
+    Some(SideEffect::new(ACTION, &receipt))
 }
 
 pub async fn perform(payload: &str, key: &str, env: &Env) -> Result<Performed, String> {
@@ -92,7 +75,7 @@ mod tests {
     fn a_receipt_names_the_amount_and_order() {
         let body = r#"{"created":1,"data":{"object":{"id":"cs_1","amount_total":4205,"currency":"eur",
             "customer_details":{"email":"a@b.c"}}}}"#;
-        let side_effect = intent(body).unwrap().unwrap();
+        let side_effect = intent(&CheckoutSession::from_event(body).unwrap()).unwrap();
         assert_eq!(side_effect.action, ACTION);
         let receipt: Receipt = serde_json::from_str(&side_effect.payload).unwrap();
         assert_eq!(receipt.to, "a@b.c");
@@ -105,6 +88,6 @@ mod tests {
     #[test]
     fn no_email_no_receipt() {
         let body = r#"{"created":1,"data":{"object":{"id":"cs_1"}}}"#;
-        assert!(intent(body).unwrap().is_none());
+        assert!(intent(&CheckoutSession::from_event(body).unwrap()).is_none());
     }
 }
