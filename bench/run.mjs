@@ -10,6 +10,9 @@
 //             (one effect per burst)
 //   replay    every request a copy of an event already processed (answered by
 //             the inbox without touching D1)
+//   receipt   500 new checkouts arriving at 50/s, with the email target set:
+//             the time from sending the webhook to the consumer calling the
+//             (fake) email API with the receipt
 // Prints events/s and p50/p99 latency per scenario, and the wasm size.
 import { createHmac } from "node:crypto";
 import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
@@ -192,9 +195,59 @@ rows.push(summarize(`storm (${STORMS} bursts of ${STORM_SIZE})`, storms));
 
 rows.push(summarize(`replay (c=${CONCURRENCY})`, await drive(url, distinct, CONCURRENCY)));
 
+// Side effects: each new checkout's receipt, from the request leaving here to
+// the email API (a fake one, in this process) being called by the consumer.
+// Its own worker, so that the figures above are not mixed with these.
+async function sideEffectLatency(count, perSecond) {
+  const fx = await startWorker(
+    { EMAIL_API_URL: "http://email.test" },
+    {
+      unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }],
+      handleRuntimeStdio: drain,
+      durableObjectsPersist: join(STATE_DIR, "fx-do"),
+      d1Persist: join(STATE_DIR, "fx-d1"),
+    },
+  );
+  const fxUrl = new URL("/webhooks/stripe", await fx.mf.unsafeGetDirectURL("webhooks")).href;
+  const sentAt = new Map();
+  const requests = Array.from({ length: count }, (_, i) => signed(checkoutBody(`fx${i}`)));
+  // Open loop: a steady arrival rate, whatever the replies do.
+  const started = Date.now();
+  const replies = [];
+  for (let i = 0; i < count; i++) {
+    const due = started + (i * 1000) / perSecond;
+    if (due > Date.now()) await new Promise((r) => setTimeout(r, due - Date.now()));
+    sentAt.set(`cs_bench_${process.pid}_fx${i}`, Date.now());
+    replies.push(post(fxUrl, requests[i]));
+  }
+  await Promise.all(replies);
+  const deadline = Date.now() + 60_000;
+  while (fx.target.calls.length < count && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  const seconds = (Date.now() - started) / 1000;
+  const ms = fx.target.calls
+    .map((call) => call.at - sentAt.get(/order (\S+)\)/.exec(JSON.parse(call.body).text)[1]))
+    .sort((a, b) => a - b);
+  const keys = new Set(fx.target.calls.map((c) => c.idempotencyKey));
+  await fx.dispose();
+  const at = (q) => ms[Math.min(ms.length - 1, Math.floor(q * ms.length))];
+  return {
+    scenario: `receipt -> email API call (${perSecond}/s)`,
+    requests: count,
+    "events/s": Math.round(count / seconds),
+    "p50 ms": at(0.5),
+    "p90 ms": at(0.9),
+    "p99 ms": at(0.99),
+    "max ms": at(1),
+    "workerd CPU ms/req": "n/a",
+    outcomes: JSON.stringify({ calls: fx.target.calls.length, "distinct keys": keys.size }),
+  };
+}
+
 const ledger = await w.scalar("SELECT count(*) FROM processed_events WHERE event_id LIKE ?", `evt_bench_${process.pid}_%`);
 const orders = await w.scalar("SELECT count(*) FROM orders WHERE checkout_session_id LIKE ?", `cs_bench_${process.pid}_%`);
 await w.dispose();
+const FX_EVENTS = Number(process.env.BENCH_SIDE_EFFECTS ?? 500);
+rows.push(await sideEffectLatency(FX_EVENTS, 50));
 agent.destroy();
 rmSync(STATE_DIR, { recursive: true, force: true });
 

@@ -113,6 +113,21 @@ describe("the outbox", () => {
     assert.equal(emailsTo(email).length, 1);
   });
 
+  test("a duplicate queue message for a sent row is acknowledged without a call", async () => {
+    const id = uniqueId("evt");
+    const email = `${uniqueId("dup")}@example.com`;
+    await sendStripe(checkoutCompleted({ id, email }));
+    const row = await settled(id, "sent");
+    const queue = await w.mf.getQueueProducer("OUTBOX", "webhooks");
+    await queue.send(JSON.stringify({ key: row.idempotency_key }), { contentType: "text" });
+    await queue.send(JSON.stringify({ key: row.idempotency_key }), { contentType: "text" });
+    await sleep(2_500); // longer than a queue batch
+    assert.equal(emailsTo(email).length, 1);
+    const after = await rowOf(id);
+    assert.equal(after.status, "sent");
+    assert.equal(after.attempts, 1);
+  });
+
   test("a crash after the call: the retry calls again with the same key", async () => {
     const id = uniqueId("delivery");
     const sender = uniqueId("mona");

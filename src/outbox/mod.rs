@@ -22,12 +22,13 @@
 pub mod notify_chat;
 pub mod send_receipt;
 
+use futures_util::future::join_all;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use worker::wasm_bindgen::JsValue;
 use worker::{
     console_error, console_log, D1Database, Date, Env, Fetch, MessageBatch, MessageExt,
-    QueueContentType, QueueRetryOptionsBuilder, RawMessageBuilder,
+    QueueContentType, QueueRetryOptionsBuilder, RawMessage, RawMessageBuilder,
 };
 
 use crate::config::{OutboxSettings, DB_BINDING, OUTBOX_BINDING, OUTBOX_DLQ_BINDING};
@@ -156,35 +157,47 @@ pub async fn consume(batch: MessageBatch<JsValue>, env: &Env) -> worker::Result<
     let test_faults = crate::config::Limits::from_env(env)
         .map(|l| l.test_faults)
         .unwrap_or(false);
-    for message in batch.raw_iter() {
-        let job: Option<Job> = message
-            .body()
-            .as_string()
-            .and_then(|text| serde_json::from_str(&text).ok());
-        let Some(job) = job else {
-            console_error!(r#"{{"msg":"outbox_bad_message","id":"{}"}}"#, message.id());
-            message.ack();
-            continue;
-        };
-        let fault = job.fault.as_deref().filter(|_| test_faults);
-        match handle(&job.key, fault, &db, env, &settings).await {
-            Ok(Next::Ack) => message.ack(),
-            Ok(Next::RetryIn(seconds)) => message.retry_with_options(
-                &QueueRetryOptionsBuilder::new()
-                    .with_delay_seconds(seconds)
-                    .build(),
-            ),
-            Err(e) => {
-                // D1 unreachable or the like: nothing was decided; try again.
-                console_error!(
-                    "{}",
-                    log_line("outbox_error", &job.key, None, Some(&e.to_string()))
-                );
-                message.retry();
-            }
+    // Each message is its own row: a slow target must not hold up the rest.
+    let jobs = batch
+        .raw_iter()
+        .map(|message| process(message, test_faults, &db, env, &settings));
+    join_all(jobs).await;
+    Ok(())
+}
+
+async fn process(
+    message: RawMessage,
+    test_faults: bool,
+    db: &D1Database,
+    env: &Env,
+    settings: &OutboxSettings,
+) {
+    let job: Option<Job> = message
+        .body()
+        .as_string()
+        .and_then(|text| serde_json::from_str(&text).ok());
+    let Some(job) = job else {
+        console_error!(r#"{{"msg":"outbox_bad_message","id":"{}"}}"#, message.id());
+        message.ack();
+        return;
+    };
+    let fault = job.fault.as_deref().filter(|_| test_faults);
+    match handle(&job.key, fault, db, env, settings).await {
+        Ok(Next::Ack) => message.ack(),
+        Ok(Next::RetryIn(seconds)) => message.retry_with_options(
+            &QueueRetryOptionsBuilder::new()
+                .with_delay_seconds(seconds)
+                .build(),
+        ),
+        Err(e) => {
+            // D1 unreachable or the like: nothing was decided; try again.
+            console_error!(
+                "{}",
+                log_line("outbox_error", &job.key, None, Some(&e.to_string()))
+            );
+            message.retry();
         }
     }
-    Ok(())
 }
 
 /// What to tell the queue about a message.

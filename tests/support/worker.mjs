@@ -21,6 +21,7 @@ export function fakeTarget() {
     answer: () => 200,
     async handle(request) {
       const call = {
+        at: Date.now(),
         url: request.url,
         idempotencyKey: request.headers.get("idempotency-key"),
         authorization: request.headers.get("authorization"),
