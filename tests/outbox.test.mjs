@@ -93,6 +93,17 @@ describe("the outbox", () => {
       "the dead-letter queue",
     );
     assert.ok(dead);
+
+    // The README's requeue, once the target is back: due again, the relay sends it.
+    w.target.answer = () => 200;
+    await w.db
+      .prepare("UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = 0 WHERE idempotency_key = ?")
+      .bind(row.idempotency_key)
+      .run();
+    await (await w.mf.getWorker("webhooks")).scheduled({ cron: "* * * * *" });
+    const requeued = await settled(id, "sent", "the requeued row to be sent");
+    assert.equal(requeued.attempts, 1);
+    assert.equal(emailsTo(email).length, 4);
   });
 
   test("a queue send that fails after the commit: the cron relay sends it later, once", async () => {
