@@ -45,7 +45,7 @@ impl Limits {
         Ok(Limits {
             max_body_bytes: number(env, "MAX_BODY_BYTES", 1024 * 1024)?,
             tolerance_secs: number(env, "SIGNATURE_TOLERANCE_SECS", 300)?,
-            test_faults: text(env, "TEST_FAULTS").as_deref() == Some("enabled"),
+            test_faults: test_faults(env),
         })
     }
 }
@@ -83,11 +83,7 @@ impl InboxSettings {
 
     /// Delay before the retry that follows `failures` failed attempts.
     pub fn backoff_ms(&self, failures: i64) -> i64 {
-        const CAP_MS: i64 = 60 * 60 * 1000;
-        let doublings = failures.saturating_sub(1).clamp(0, 20) as u32;
-        self.retry_base_ms
-            .saturating_mul(1 << doublings)
-            .min(CAP_MS)
+        doubling(self.retry_base_ms, failures, 60 * 60 * 1000)
     }
 }
 
@@ -118,12 +114,15 @@ impl OutboxSettings {
 
     /// Delay before the retry that follows `failures` failed attempts.
     pub fn backoff_secs(&self, failures: i64) -> u32 {
-        const CAP_SECS: u32 = 60 * 60;
-        let doublings = failures.saturating_sub(1).clamp(0, 20) as u32;
-        self.retry_base_secs
-            .saturating_mul(1 << doublings)
-            .min(CAP_SECS)
+        let secs = doubling(i64::from(self.retry_base_secs), failures, 60 * 60);
+        u32::try_from(secs).unwrap_or(u32::MAX)
     }
+}
+
+/// Whether the end-to-end tests' fault switches are honoured
+/// (`TEST_FAULTS = "enabled"`, set by the tests only; off in any deployment).
+pub fn test_faults(env: &Env) -> bool {
+    text(env, "TEST_FAULTS").as_deref() == Some("enabled")
 }
 
 /// An optional variable or secret (an outbox target), `None` when unset or blank.
@@ -139,6 +138,12 @@ pub fn secrets(env: &Env, name: &str) -> Result<Secrets, ConfigError> {
 }
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// `base` after the first failure, doubling with each one after, at most `cap`.
+fn doubling(base: i64, failures: i64, cap: i64) -> i64 {
+    let doublings = failures.saturating_sub(1).clamp(0, 20) as u32;
+    base.saturating_mul(1 << doublings).min(cap)
+}
 
 /// Parses `30d`, `12h`, `15m` or `90s` into milliseconds.
 fn duration_ms(value: &str) -> Option<i64> {

@@ -31,7 +31,7 @@ use worker::{
     QueueContentType, QueueRetryOptionsBuilder, RawMessage, RawMessageBuilder,
 };
 
-use crate::config::{OutboxSettings, DB_BINDING, OUTBOX_BINDING, OUTBOX_DLQ_BINDING};
+use crate::config::{self, OutboxSettings, DB_BINDING, OUTBOX_BINDING, OUTBOX_DLQ_BINDING};
 use crate::effects::Statement;
 use crate::event::VerifiedEvent;
 use crate::http;
@@ -127,8 +127,8 @@ pub async fn enqueue(env: &Env, keys: &[String], fault: Option<&str>) -> worker:
 
 /// The cron relay: re-sends rows that are due but whose message was lost —
 /// `pending` past their due time, or `sending` past their lease — once they
-/// are older than the grace period. Returns how many it sent.
-pub async fn relay(env: &Env) -> worker::Result<usize> {
+/// are older than the grace period. Up to 100 a run, oldest first.
+pub async fn relay(env: &Env) -> worker::Result<()> {
     let settings = OutboxSettings::from_env(env).map_err(|e| e.to_string())?;
     let db = env.d1(DB_BINDING)?;
     let cutoff = now() - settings.relay_grace_ms;
@@ -147,16 +147,14 @@ pub async fn relay(env: &Env) -> worker::Result<usize> {
     if !keys.is_empty() {
         console_log!(r#"{{"msg":"outbox_relay","sent":{}}}"#, keys.len());
     }
-    Ok(keys.len())
+    Ok(())
 }
 
 /// The queue consumer: each message is one row to perform.
 pub async fn consume(batch: MessageBatch<JsValue>, env: &Env) -> worker::Result<()> {
     let settings = OutboxSettings::from_env(env).map_err(|e| e.to_string())?;
     let db = env.d1(DB_BINDING)?;
-    let test_faults = crate::config::Limits::from_env(env)
-        .map(|l| l.test_faults)
-        .unwrap_or(false);
+    let test_faults = config::test_faults(env);
     // Each message is its own row: a slow target must not hold up the rest.
     let jobs = batch
         .raw_iter()
