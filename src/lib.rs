@@ -27,6 +27,7 @@ pub mod outbox;
 pub mod providers;
 pub mod receive;
 pub mod signature;
+pub mod sources;
 
 use worker::wasm_bindgen::JsValue;
 use worker::{

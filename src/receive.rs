@@ -6,13 +6,14 @@
 //! every refusal is a 4xx that wrote nothing.
 
 use serde::Serialize;
-use worker::{console_log, Date, Env, Request, Response, Result};
+use worker::{console_log, Date, Env, Headers, Request, Response, Result};
 
 use crate::config::{self, ConfigError, Limits, INBOX_BINDING};
 use crate::effects;
 use crate::event::VerifiedEvent;
 use crate::inbox::{self, Fault, Outcome};
-use crate::providers::{self, RawRequest, Rejection, VerifyContext};
+use crate::providers::{self, Identity, RawRequest, Rejection, VerifyContext};
+use crate::sources;
 
 /// Why a delivery was not taken. Nothing was recorded in any of these cases.
 #[derive(Debug)]
@@ -116,29 +117,17 @@ pub async fn handle(req: Request, env: &Env, source: &str) -> Result<Response> {
     let latency_ms = Date::now().as_millis().saturating_sub(started);
 
     let key = trace.key.as_deref();
-    let (status, reply, refusal) = match &result {
-        Ok(outcome) => (
-            200,
-            Reply::Taken {
-                outcome: outcome.as_str(),
-                key,
-            },
-            None,
-        ),
-        Err(refusal) => (
-            refusal.status(),
-            Reply::Refused {
-                error: refusal.reason(),
-            },
-            Some(refusal),
-        ),
+    let (status, outcome, refusal) = match &result {
+        Ok(Taken::Event(outcome)) => (200, outcome.as_str(), None),
+        Ok(Taken::Handshake(_)) => (200, "handshake", None),
+        Err(refusal) => (refusal.status(), "rejected", Some(refusal)),
     };
     let line = LogLine {
         msg: "delivery",
         source,
         key,
         kind: trace.kind.as_deref(),
-        outcome: result.as_ref().map_or("rejected", |o| o.as_str()),
+        outcome,
         status,
         reason: refusal.map(Refusal::reason),
         detail: refusal.and_then(Refusal::detail),
@@ -146,7 +135,27 @@ pub async fn handle(req: Request, env: &Env, source: &str) -> Result<Response> {
         latency_ms,
     };
     console_log!("{}", serde_json::to_string(&line)?);
+    let reply = match (&result, refusal) {
+        (Ok(Taken::Handshake(body)), _) => {
+            let headers = Headers::new();
+            headers.set("content-type", "application/json")?;
+            return Ok(Response::ok(body.as_str())?.with_headers(headers));
+        }
+        (_, Some(refusal)) => Reply::Refused {
+            error: refusal.reason(),
+        },
+        _ => Reply::Taken { outcome, key },
+    };
     Ok(Response::from_json(&reply)?.with_status(status))
+}
+
+/// What became of a delivery that was not refused.
+enum Taken {
+    /// An event, handed to its inbox.
+    Event(Outcome),
+    /// A provider's handshake (Slack's `url_verification`), answered with
+    /// this JSON body. Not an event: nothing is stored.
+    Handshake(String),
 }
 
 async fn receive(
@@ -154,10 +163,24 @@ async fn receive(
     env: &Env,
     source: &str,
     trace: &mut Trace,
-) -> std::result::Result<Outcome, Refusal> {
-    let provider = providers::by_name(source).ok_or(Refusal::UnknownSource)?;
+) -> std::result::Result<Taken, Refusal> {
+    let valid_name = !source.is_empty()
+        && source
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if !valid_name {
+        return Err(Refusal::UnknownSource);
+    }
+    let config = sources::lookup(env, source)?.ok_or(Refusal::UnknownSource)?;
+    let provider = providers::build(&config)?;
     let limits = Limits::from_env(env)?;
-    let secrets = config::secrets(env, provider.secret_var())?;
+    let secret_var = config.secret_var(source);
+    let secrets = config::secrets(env, &secret_var)?;
+    for secret in secrets.iter() {
+        provider
+            .check_secret(secret)
+            .map_err(|why| ConfigError(format!("{secret_var}: {why}")))?;
+    }
 
     // A declared length over the cap is refused before reading a byte.
     let declared = req.headers().get("content-length").ok().flatten();
@@ -176,14 +199,17 @@ async fn receive(
         return Err(Refusal::TooLarge);
     }
 
-    let raw = RawRequest::new(req.headers().entries(), body);
+    let raw = RawRequest::new(req.inner().url(), req.headers().entries(), body);
     let ctx = VerifyContext {
         secrets: &secrets,
         now: Date::now().as_millis() / 1000,
-        tolerance: limits.tolerance_secs,
+        tolerance: config.tolerance_secs.unwrap_or(limits.tolerance_secs),
     };
     provider.verify(&raw, &ctx)?;
-    let identity = provider.identify(&raw)?;
+    let identity = match provider.identify(&raw)? {
+        Identity::Event(identity) => identity,
+        Identity::Handshake(reply) => return Ok(Taken::Handshake(reply)),
+    };
     trace.key = Some(crate::event::dedupe_key(source, &identity.id));
     trace.kind = Some(identity.kind.clone());
 
@@ -212,5 +238,6 @@ async fn receive(
         .map_err(|e| Refusal::NotRecorded(e.to_string()))?;
     inbox::deliver(&stub, event, fault)
         .await
+        .map(Taken::Event)
         .map_err(|e| Refusal::NotRecorded(e.to_string()))
 }

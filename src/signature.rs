@@ -34,7 +34,11 @@ impl Tag {
 
     /// The tag itself, for signing (tests, fixtures, the README's curl line).
     pub fn to_hex(&self) -> String {
-        hex::encode(self.0.clone().finalize().into_bytes())
+        hex::encode(self.bytes())
+    }
+
+    pub fn bytes(&self) -> Vec<u8> {
+        self.0.clone().finalize().into_bytes().to_vec()
     }
 }
 
@@ -72,6 +76,18 @@ impl fmt::Debug for Secrets {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Secrets({} redacted)", self.0.len())
     }
+}
+
+/// Standard base64 (with padding), as Shopify, Standard Webhooks and Twilio
+/// send it. `None` when `text` is not base64.
+pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.decode(text).ok()
+}
+
+pub fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// True when `timestamp` lies within `tolerance` seconds of `now`, on either

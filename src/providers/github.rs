@@ -8,7 +8,9 @@
 
 use serde::Deserialize;
 
-use super::{required_header, EventIdentity, Provider, RawRequest, Rejection, VerifyContext};
+use super::{
+    required_header, EventIdentity, Identity, Provider, RawRequest, Rejection, VerifyContext,
+};
 use crate::signature::Tag;
 
 pub struct GitHub;
@@ -16,10 +18,6 @@ pub struct GitHub;
 impl Provider for GitHub {
     fn name(&self) -> &'static str {
         "github"
-    }
-
-    fn secret_var(&self) -> &'static str {
-        "GITHUB_WEBHOOK_SECRET"
     }
 
     fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<(), Rejection> {
@@ -39,7 +37,7 @@ impl Provider for GitHub {
 
     /// The type is `X-GitHub-Event`, refined by the body's `action` when it
     /// has one (`star.created`), so the ledger says what happened.
-    fn identify(&self, req: &RawRequest) -> Result<EventIdentity, Rejection> {
+    fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {
         #[derive(Deserialize)]
         struct Envelope {
             action: Option<String>,
@@ -53,10 +51,10 @@ impl Provider for GitHub {
             Some(action) => format!("{event}.{action}"),
             None => event.to_string(),
         };
-        Ok(EventIdentity {
+        Ok(Identity::Event(EventIdentity {
             id: id.to_string(),
             kind,
-        })
+        }))
     }
 }
 
@@ -73,7 +71,7 @@ mod tests {
 
     fn request(headers: &[(&str, &str)], body: &str) -> RawRequest {
         let headers = headers.iter().map(|(n, v)| (n.to_string(), v.to_string()));
-        RawRequest::new(headers, body.as_bytes().to_vec())
+        RawRequest::new("https://example.com/", headers, body.as_bytes().to_vec())
     }
 
     fn verify_with(
@@ -149,7 +147,7 @@ mod tests {
             &[("X-GitHub-Delivery", "d-1"), ("X-GitHub-Event", "star")],
             r#"{"action":"created"}"#,
         );
-        let id = GitHub.identify(&req).unwrap();
+        let id = GitHub.identify(&req).unwrap().expect_event();
         assert_eq!(
             id,
             EventIdentity {
@@ -161,7 +159,7 @@ mod tests {
             &[("X-GitHub-Delivery", "d-2"), ("X-GitHub-Event", "ping")],
             "{}",
         );
-        assert_eq!(GitHub.identify(&ping).unwrap().kind, "ping");
+        assert_eq!(GitHub.identify(&ping).unwrap().expect_event().kind, "ping");
     }
 
     #[test]

@@ -3,30 +3,57 @@
 //! A provider knows two things about its requests and nothing about storage:
 //! how to check the signature over the raw bytes, and where the provider puts
 //! the event id that stays the same on every retry. To add one, write a file
-//! beside `stripe.rs` implementing [`Provider`] and add a line to [`by_name`].
+//! beside `stripe.rs` implementing [`Provider`] and add a line to [`build`].
 
+mod generic_hmac;
 mod github;
+mod linear;
+mod paddle;
+mod shopify;
+mod slack;
+mod standard_webhooks;
 mod stripe;
+mod twilio;
 
+pub use generic_hmac::GenericHmac;
 pub use github::GitHub;
+pub use linear::Linear;
+pub use paddle::Paddle;
+pub use shopify::Shopify;
+pub use slack::Slack;
+pub use standard_webhooks::StandardWebhooks;
 pub use stripe::Stripe;
+pub use twilio::Twilio;
 
+use crate::config::ConfigError;
 use crate::signature::Secrets;
+use crate::sources::SourceConfig;
 
-/// A request as it arrived: header names lower-cased, the body untouched.
+/// A request as it arrived: its URL, header names lower-cased, the body
+/// untouched.
 pub struct RawRequest {
+    /// The full URL the sender called (Twilio signs it).
+    pub url: String,
     headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
 impl RawRequest {
     /// `headers` may come in any case; lookups are case-insensitive, as HTTP's are.
-    pub fn new(headers: impl IntoIterator<Item = (String, String)>, body: Vec<u8>) -> Self {
+    pub fn new(
+        url: impl Into<String>,
+        headers: impl IntoIterator<Item = (String, String)>,
+        body: Vec<u8>,
+    ) -> Self {
         let headers = headers
             .into_iter()
             .map(|(name, value)| (name.to_ascii_lowercase(), value))
             .collect();
-        RawRequest { headers, body }
+        RawRequest {
+            url: url.into(),
+            headers,
+            body,
+        }
     }
 
     /// The first value of a header; `name` must be lower-case.
@@ -46,6 +73,27 @@ pub struct VerifyContext<'a> {
     pub now: u64,
     /// How far, in seconds, a signed timestamp may be from `now`.
     pub tolerance: u64,
+}
+
+/// What a verified request is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// An event, to deduplicate and apply.
+    Event(EventIdentity),
+    /// A handshake the provider expects answered with this JSON body, not an
+    /// event (Slack's `url_verification`).
+    Handshake(String),
+}
+
+#[cfg(test)]
+impl Identity {
+    /// The event, for tests that expect one.
+    pub fn expect_event(self) -> EventIdentity {
+        match self {
+            Identity::Event(event) => event,
+            Identity::Handshake(body) => panic!("a handshake, not an event: {body}"),
+        }
+    }
 }
 
 /// The provider's own name for an event, read after verification.
@@ -99,28 +147,84 @@ impl Rejection {
     }
 }
 
-pub trait Provider: Sync {
-    /// The name effects are dispatched on (`"stripe"`, `"github"`).
+pub trait Provider {
+    /// The name effects are dispatched on (`"stripe"`, `"github"`, …).
     fn name(&self) -> &'static str;
 
-    /// The variable holding this provider's secret(s).
-    fn secret_var(&self) -> &'static str;
+    /// Whether a configured secret is usable (e.g. a `whsec_` one decodes).
+    /// Checked when the secrets are loaded, so that a bad one is a named
+    /// configuration error, not a stream of 401s.
+    fn check_secret(&self, _secret: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
 
     /// Checks the signature over the raw request. Runs before anything
     /// parses the body.
     fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<(), Rejection>;
 
     /// Reads the event id and type. Only called on a verified request.
-    fn identify(&self, req: &RawRequest) -> Result<EventIdentity, Rejection>;
+    fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection>;
 }
 
-/// The registry: the `{source}` of `/webhooks/{source}` to its provider.
-pub fn by_name(source: &str) -> Option<&'static dyn Provider> {
-    match source {
-        "stripe" => Some(&Stripe),
-        "github" => Some(&GitHub),
-        _ => None,
-    }
+/// The registry: a source's `provider` setting to its verifier. Only the
+/// generic HMAC provider reads further settings.
+pub fn build(config: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
+    Ok(match config.provider.as_str() {
+        "stripe" => Box::new(Stripe),
+        "github" => Box::new(GitHub),
+        "standard-webhooks" => Box::new(StandardWebhooks::standard()),
+        "svix" => Box::new(StandardWebhooks::svix()),
+        "shopify" => Box::new(Shopify),
+        "slack" => Box::new(Slack),
+        "linear" => Box::new(Linear),
+        "paddle" => Box::new(Paddle),
+        "twilio" => Box::new(Twilio),
+        "hmac" => Box::new(GenericHmac::from_config(config)?),
+        other => {
+            return Err(ConfigError(format!(
+                "unknown provider '{other}' (stripe, github, standard-webhooks, svix, shopify, slack, linear, paddle, twilio, hmac)"
+            )))
+        }
+    })
+}
+
+/// Reads an event's id and type from a JSON body, at top-level fields.
+/// Shared by the providers whose body carries both.
+fn json_identity(
+    body: &[u8],
+    id_field: &str,
+    type_field: &str,
+) -> Result<EventIdentity, Rejection> {
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| Rejection::MalformedBody(e.to_string()))?;
+    let id = value
+        .get(id_field)
+        .and_then(serde_json::Value::as_str)
+        .filter(|id| !id.is_empty())
+        .ok_or(Rejection::MissingEventId)?;
+    let kind = value
+        .get(type_field)
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("event");
+    Ok(EventIdentity {
+        id: id.to_string(),
+        kind: kind.to_string(),
+    })
+}
+
+/// The event identity from headers, after checking the body is JSON.
+fn header_identity(
+    req: &RawRequest,
+    id_header: &str,
+    kind: Option<&str>,
+) -> Result<Identity, Rejection> {
+    let id = required_header(req, id_header).ok_or(Rejection::MissingEventId)?;
+    serde_json::from_slice::<serde::de::IgnoredAny>(&req.body)
+        .map_err(|e| Rejection::MalformedBody(e.to_string()))?;
+    Ok(Identity::Event(EventIdentity {
+        id: id.to_string(),
+        kind: kind.unwrap_or("event").to_string(),
+    }))
 }
 
 /// The first value of a header, treating an empty one as absent.

@@ -5,7 +5,9 @@
 
 use serde::Deserialize;
 
-use super::{required_header, EventIdentity, Provider, RawRequest, Rejection, VerifyContext};
+use super::{
+    required_header, EventIdentity, Identity, Provider, RawRequest, Rejection, VerifyContext,
+};
 use crate::signature::{within_window, Tag};
 
 pub struct Stripe;
@@ -44,10 +46,6 @@ impl Provider for Stripe {
         "stripe"
     }
 
-    fn secret_var(&self) -> &'static str {
-        "STRIPE_WEBHOOK_SECRET"
-    }
-
     fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<(), Rejection> {
         let header = required_header(req, "stripe-signature").ok_or(Rejection::MissingSignature)?;
         let header = parse_header(header)?;
@@ -69,7 +67,7 @@ impl Provider for Stripe {
         Ok(())
     }
 
-    fn identify(&self, req: &RawRequest) -> Result<EventIdentity, Rejection> {
+    fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {
         #[derive(Deserialize)]
         struct Envelope {
             id: Option<String>,
@@ -85,7 +83,7 @@ impl Provider for Stripe {
         let kind = envelope
             .kind
             .ok_or_else(|| Rejection::MalformedBody("no event type".into()))?;
-        Ok(EventIdentity { id, kind })
+        Ok(Identity::Event(EventIdentity { id, kind }))
     }
 }
 
@@ -104,7 +102,7 @@ mod tests {
 
     fn request(signature: Option<&str>, body: &str) -> RawRequest {
         let headers = signature.map(|s| ("Stripe-Signature".to_string(), s.to_string()));
-        RawRequest::new(headers, body.as_bytes().to_vec())
+        RawRequest::new("https://example.com/", headers, body.as_bytes().to_vec())
     }
 
     fn verify_at(signature: &str, secrets: &str, now: u64) -> Result<(), Rejection> {
@@ -235,7 +233,10 @@ mod tests {
 
     #[test]
     fn identifies_the_event_by_its_id() {
-        let id = Stripe.identify(&request(None, BODY)).unwrap();
+        let id = Stripe
+            .identify(&request(None, BODY))
+            .unwrap()
+            .expect_event();
         assert_eq!(id.id, "evt_test_1");
         assert_eq!(id.kind, "checkout.session.completed");
     }

@@ -1,0 +1,271 @@
+//! Twilio: `X-Twilio-Signature` is the base64 HMAC-SHA1, under the account's
+//! auth token, of the full URL Twilio called followed — for form posts — by
+//! every POST parameter's name and value, sorted by name. A JSON body is
+//! bound through the URL instead: Twilio adds `bodySHA256=<hex>` to the query,
+//! and that digest must match the body. The dedupe key is
+//! `I-Twilio-Idempotency-Token`.
+//!
+//! The URL must be the one Twilio was given: behind a proxy that rewrites the
+//! host or scheme, configure Twilio with the URL the worker sees.
+
+use hmac::{Hmac, Mac};
+use sha1::Sha1;
+use sha2::{Digest, Sha256};
+
+use super::{
+    required_header, EventIdentity, Identity, Provider, RawRequest, Rejection, VerifyContext,
+};
+use crate::signature::base64_decode;
+
+pub struct Twilio;
+
+const FORM: &str = "application/x-www-form-urlencoded";
+
+fn is_form(req: &RawRequest) -> bool {
+    req.header("content-type")
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case(FORM))
+}
+
+/// Decodes `application/x-www-form-urlencoded` pairs (`+` is a space).
+fn form_pairs(text: &str) -> Result<Vec<(String, String)>, Rejection> {
+    text.split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            Ok((percent_decode(name)?, percent_decode(value)?))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> Result<String, Rejection> {
+    let malformed = || Rejection::MalformedBody("bad form encoding".into());
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut input = text.bytes();
+    while let Some(byte) = input.next() {
+        bytes.push(match byte {
+            b'+' => b' ',
+            b'%' => {
+                let hex = [
+                    input.next().ok_or_else(malformed)?,
+                    input.next().ok_or_else(malformed)?,
+                ];
+                let hex = std::str::from_utf8(&hex).map_err(|_| malformed())?;
+                u8::from_str_radix(hex, 16).map_err(|_| malformed())?
+            }
+            other => other,
+        });
+    }
+    String::from_utf8(bytes).map_err(|_| malformed())
+}
+
+/// The query parameter `name` of `url`, still percent-encoded.
+fn query_param<'a>(url: &'a str, name: &str) -> Option<&'a str> {
+    let query = url.split_once('?')?.1.split('#').next()?;
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+}
+
+impl Provider for Twilio {
+    fn name(&self) -> &'static str {
+        "twilio"
+    }
+
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<(), Rejection> {
+        let header =
+            required_header(req, "x-twilio-signature").ok_or(Rejection::MissingSignature)?;
+        let candidate = base64_decode(header).ok_or(Rejection::MalformedSignature)?;
+
+        // What is signed: the URL, then either the sorted form parameters or
+        // nothing (the body is bound by bodySHA256 in the URL, checked below).
+        let mut signed = req.url.clone();
+        if is_form(req) {
+            let body = std::str::from_utf8(&req.body)
+                .map_err(|_| Rejection::MalformedBody("form body is not UTF-8".into()))?;
+            let mut pairs = form_pairs(body)?;
+            pairs.sort();
+            for (name, value) in pairs {
+                signed.push_str(&name);
+                signed.push_str(&value);
+            }
+        }
+
+        let authentic = ctx.secrets.iter().any(|token| {
+            let mut mac = Hmac::<Sha1>::new_from_slice(token).expect("HMAC accepts any key length");
+            mac.update(signed.as_bytes());
+            mac.verify_slice(&candidate).is_ok()
+        });
+        if !authentic {
+            return Err(Rejection::BadSignature);
+        }
+        if !is_form(req) && !req.body.is_empty() {
+            // The signature covers the URL; the URL must cover the body.
+            let digest = hex::encode(Sha256::digest(&req.body));
+            if query_param(&req.url, "bodySHA256") != Some(digest.as_str()) {
+                return Err(Rejection::BadSignature);
+            }
+        }
+        Ok(())
+    }
+
+    /// The type is the status or event the body reports, when it has one.
+    fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {
+        let id =
+            required_header(req, "i-twilio-idempotency-token").ok_or(Rejection::MissingEventId)?;
+        let kind = if is_form(req) {
+            let body = std::str::from_utf8(&req.body)
+                .map_err(|_| Rejection::MalformedBody("form body is not UTF-8".into()))?;
+            let pairs = form_pairs(body)?;
+            ["EventType", "MessageStatus", "CallStatus", "SmsStatus"]
+                .iter()
+                .find_map(|field| pairs.iter().find(|(name, _)| name == field))
+                .map_or_else(|| "twilio".to_string(), |(_, value)| value.clone())
+        } else {
+            "twilio".to_string()
+        };
+        Ok(Identity::Event(EventIdentity {
+            id: id.to_string(),
+            kind,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signature::Secrets;
+
+    // Twilio's worked example ("Webhooks security"): auth token 12345.
+    const URL: &str = "https://mycompany.com/myapp.php?foo=1&bar=2";
+    const SIG: &str = "0/KCTR6DLpKmkAf8muzZqo1nDgQ=";
+    // Deliberately out of order: the signature sorts the parameters.
+    const FORM_BODY: &str = "To=%2B18005551212&CallSid=CA1234567890ABCDE&Digits=1234&From=%2B12349013030&Caller=%2B12349013030";
+
+    fn request(url: &str, content_type: &str, sig: Option<&str>, body: &str) -> RawRequest {
+        let mut headers = vec![
+            ("Content-Type".to_string(), content_type.to_string()),
+            (
+                "I-Twilio-Idempotency-Token".to_string(),
+                "idem-1".to_string(),
+            ),
+        ];
+        headers.extend(sig.map(|s| ("X-Twilio-Signature".to_string(), s.to_string())));
+        RawRequest::new(url, headers, body.as_bytes().to_vec())
+    }
+
+    fn verify(req: &RawRequest, token: &str) -> Result<(), Rejection> {
+        let secrets = Secrets::parse(token).unwrap();
+        Twilio.verify(
+            req,
+            &VerifyContext {
+                secrets: &secrets,
+                now: 0,
+                tolerance: 300,
+            },
+        )
+    }
+
+    #[test]
+    fn twilios_published_example_verifies() {
+        assert_eq!(
+            verify(&request(URL, FORM, Some(SIG), FORM_BODY), "12345"),
+            Ok(())
+        );
+        assert_eq!(
+            verify(
+                &request(
+                    URL,
+                    "application/x-www-form-urlencoded; charset=utf-8",
+                    Some(SIG),
+                    FORM_BODY
+                ),
+                "old 12345"
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn any_change_to_url_params_or_token_is_refused() {
+        let tampered = FORM_BODY.replace("Digits=1234", "Digits=9999");
+        assert_eq!(
+            verify(&request(URL, FORM, Some(SIG), &tampered), "12345"),
+            Err(Rejection::BadSignature)
+        );
+        let elsewhere = URL.replace("bar=2", "bar=3");
+        assert_eq!(
+            verify(&request(&elsewhere, FORM, Some(SIG), FORM_BODY), "12345"),
+            Err(Rejection::BadSignature)
+        );
+        assert_eq!(
+            verify(&request(URL, FORM, Some(SIG), FORM_BODY), "54321"),
+            Err(Rejection::BadSignature)
+        );
+        assert_eq!(
+            verify(&request(URL, FORM, None, FORM_BODY), "12345"),
+            Err(Rejection::MissingSignature)
+        );
+        assert_eq!(
+            verify(&request(URL, FORM, Some("***"), FORM_BODY), "12345"),
+            Err(Rejection::MalformedSignature)
+        );
+    }
+
+    #[test]
+    fn a_json_body_is_bound_by_its_digest_in_the_url() {
+        let body = r#"{"status":"delivered"}"#;
+        let digest = hex::encode(Sha256::digest(body.as_bytes()));
+        let url = format!("https://example.com/webhooks/twilio?bodySHA256={digest}");
+        let mut mac = Hmac::<Sha1>::new_from_slice(b"12345").unwrap();
+        mac.update(url.as_bytes());
+        let sig = crate::signature::base64_encode(&mac.finalize().into_bytes());
+        assert_eq!(
+            verify(
+                &request(&url, "application/json", Some(&sig), body),
+                "12345"
+            ),
+            Ok(())
+        );
+        let other_body = r#"{"status":"failed"}"#;
+        assert_eq!(
+            verify(
+                &request(&url, "application/json", Some(&sig), other_body),
+                "12345"
+            ),
+            Err(Rejection::BadSignature)
+        );
+    }
+
+    #[test]
+    fn keyed_by_the_idempotency_token_and_typed_by_status() {
+        let body = "MessageSid=SM1&MessageStatus=delivered";
+        let event = Twilio
+            .identify(&request(URL, FORM, None, body))
+            .unwrap()
+            .expect_event();
+        assert_eq!(
+            event,
+            EventIdentity {
+                id: "idem-1".into(),
+                kind: "delivered".into()
+            }
+        );
+        let no_token = RawRequest::new(URL, [], body.as_bytes().to_vec());
+        assert_eq!(Twilio.identify(&no_token), Err(Rejection::MissingEventId));
+    }
+
+    #[test]
+    fn form_decoding() {
+        assert_eq!(
+            form_pairs("a=1+2&b=%2B3&c").unwrap(),
+            vec![
+                ("a".into(), "1 2".into()),
+                ("b".into(), "+3".into()),
+                ("c".into(), "".into())
+            ]
+        );
+        assert!(form_pairs("a=%zz").is_err());
+        assert!(form_pairs("a=%2").is_err());
+    }
+}

@@ -1,0 +1,116 @@
+//! Sources: the `{source}` of `/webhooks/{source}`, each with a provider,
+//! its secret(s) and options — so that two GitHub apps, or a Stripe account
+//! and a Stripe Connect endpoint, can each have their own.
+//!
+//! Declared in `wrangler.toml` as an object var:
+//!
+//! ```toml
+//! [vars.SOURCES]
+//! stripe = { provider = "stripe" }
+//! stripe-connect = { provider = "stripe", secret = "STRIPE_CONNECT_SECRET" }
+//! ```
+//!
+//! A source's secret is the secret (or var) named by `secret`, by default
+//! `{NAME}_WEBHOOK_SECRET` (upper-cased, `-` as `_`).
+
+use serde::Deserialize;
+use worker::wasm_bindgen::JsValue;
+use worker::{js_sys, Env};
+
+use crate::config::ConfigError;
+
+/// One source's settings. Fields past `tolerance_secs` are read by the
+/// generic HMAC provider only.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    pub provider: String,
+    /// The variable holding the secret(s); default `{NAME}_WEBHOOK_SECRET`.
+    pub secret: Option<String>,
+    /// Overrides `SIGNATURE_TOLERANCE_SECS` for this source.
+    pub tolerance_secs: Option<u64>,
+    /// Generic HMAC: the header carrying the signature.
+    pub header: Option<String>,
+    /// Generic HMAC: a prefix before the signature, e.g. `sha256=`.
+    pub prefix: Option<String>,
+    /// Generic HMAC: `hex` (default) or `base64`.
+    pub encoding: Option<String>,
+    /// Generic HMAC: `{body}` (default) or `{timestamp}.{body}`.
+    pub signed: Option<String>,
+    /// Generic HMAC: the header carrying the timestamp, for `{timestamp}.{body}`.
+    pub timestamp_header: Option<String>,
+    /// Generic HMAC: where the event id is: `header:<name>` or `json:<pointer>`.
+    pub key: Option<String>,
+    /// Generic HMAC: where the event type is (same syntax), optional.
+    pub event_type: Option<String>,
+}
+
+impl SourceConfig {
+    /// The name of the variable holding this source's secret(s).
+    pub fn secret_var(&self, name: &str) -> String {
+        self.secret.clone().unwrap_or_else(|| {
+            format!(
+                "{}_WEBHOOK_SECRET",
+                name.to_ascii_uppercase().replace('-', "_")
+            )
+        })
+    }
+}
+
+/// The settings of the source called `name`: `Ok(None)` when there is no
+/// such source.
+pub fn lookup(env: &Env, name: &str) -> Result<Option<SourceConfig>, ConfigError> {
+    let sources = js_sys::Reflect::get(env, &JsValue::from_str("SOURCES"))
+        .ok()
+        .filter(|v| v.is_object())
+        .ok_or_else(|| {
+            ConfigError("SOURCES is not set: declare [vars.SOURCES] in wrangler.toml".into())
+        })?;
+    let source = js_sys::Reflect::get(&sources, &JsValue::from_str(name))
+        .ok()
+        .filter(|v| v.is_object());
+    let Some(source) = source else {
+        return Ok(None);
+    };
+    // Through JSON and serde_json, like every other decode here (see
+    // inbox::json_rows): one decoder in the wasm.
+    let json = js_sys::JSON::stringify(&source)
+        .ok()
+        .and_then(|s| s.as_string())
+        .unwrap_or_default();
+    parse(name, &json).map(Some)
+}
+
+fn parse(name: &str, json: &str) -> Result<SourceConfig, ConfigError> {
+    serde_json::from_str(json).map_err(|e| ConfigError(format!("SOURCES.{name}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_secret_variable_defaults_to_the_name() {
+        let config = parse("stripe-connect", r#"{"provider":"stripe"}"#).unwrap();
+        assert_eq!(
+            config.secret_var("stripe-connect"),
+            "STRIPE_CONNECT_WEBHOOK_SECRET"
+        );
+        let named = parse("x", r#"{"provider":"stripe","secret":"MY_SECRET"}"#).unwrap();
+        assert_eq!(named.secret_var("x"), "MY_SECRET");
+    }
+
+    #[test]
+    fn unknown_settings_are_errors_that_name_the_source() {
+        let error = parse("acme", r#"{"provider":"hmac","hedaer":"x"}"#).unwrap_err();
+        assert!(
+            error.0.starts_with("SOURCES.acme: unknown field `hedaer`"),
+            "{}",
+            error.0
+        );
+        assert!(
+            parse("acme", r#"{"secret":"x"}"#).is_err(),
+            "provider is required"
+        );
+    }
+}
