@@ -66,8 +66,12 @@ pub fn lookup(env: &Env, name: &str) -> Result<Option<SourceConfig>, ConfigError
         .ok_or_else(|| {
             ConfigError("SOURCES is not set: declare [vars.SOURCES] in wrangler.toml".into())
         })?;
-    let source = js_sys::Reflect::get(&sources, &JsValue::from_str(name))
-        .ok()
+    // Own properties only: `__proto__` is not a source.
+    let key = JsValue::from_str(name);
+    let sources = js_sys::Object::from(sources);
+    let source = js_sys::Object::has_own(&sources, &key)
+        .then(|| js_sys::Reflect::get(&sources, &key).ok())
+        .flatten()
         .filter(|v| v.is_object());
     let Some(source) = source else {
         return Ok(None);
