@@ -4,8 +4,11 @@
 //!
 //! - [`receive`]: `POST /webhooks/{source}` — caps the body, verifies the
 //!   signature on the raw bytes, reads the provider's stable event id.
-//! - [`providers`]: one file per provider behind one trait (Stripe, GitHub);
-//!   [`signature`] holds the HMAC, constant-time and time-window pieces they share.
+//! - [`sources`]: `[vars.SOURCES]` — each source's provider, secret and options.
+//! - [`providers`]: one file per provider behind one trait (Stripe, GitHub,
+//!   Standard Webhooks/Svix, Shopify, Slack, Linear, Paddle, Twilio, generic
+//!   HMAC); [`signature`] holds the HMAC, constant-time and time-window pieces
+//!   they share.
 //! - [`event`]: the verified, provider-independent event handed onward.
 //! - [`inbox`]: the `EventInbox` Durable Object, one per `"{source}:{id}"`.
 //!   It serializes duplicates, claims the event with synchronous SQL, stores
