@@ -69,6 +69,16 @@ impl Secrets {
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
         self.0.iter().map(Vec::as_slice)
     }
+
+    /// Whether the HMAC-SHA256 of `parts` under any of these secrets equals
+    /// any of `candidates` (each compared in constant time): rotation on our
+    /// side, several signatures on the sender's.
+    pub fn any_signed(&self, parts: &[&[u8]], candidates: &[Vec<u8>]) -> bool {
+        self.iter().any(|secret| {
+            let tag = Tag::sha256(secret, parts);
+            candidates.iter().any(|candidate| tag.matches(candidate))
+        })
+    }
 }
 
 /// Secrets never reach a log line, even through `{:?}`.

@@ -12,10 +12,11 @@
 //! `json:<JSON pointer>`.
 
 use super::{
-    required_header, EventIdentity, Identity, Provider, RawRequest, Rejection, VerifyContext,
+    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
+    VerifyContext,
 };
 use crate::config::ConfigError;
-use crate::signature::{base64_decode, within_window, Tag};
+use crate::signature::base64_decode;
 use crate::sources::SourceConfig;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,22 +138,13 @@ impl Provider for GenericHmac {
             }
             None => None,
         };
-        let authentic = ctx.secrets.iter().any(|secret| {
-            let tag = match timestamp {
-                Some((text, _)) => Tag::sha256(secret, &[text.as_bytes(), b".", &req.body]),
-                None => Tag::sha256(secret, &[&req.body]),
-            };
-            tag.matches(&candidate)
-        });
-        if !authentic {
-            return Err(Rejection::BadSignature);
-        }
-        match timestamp {
-            Some((_, seconds)) if !within_window(seconds, ctx.now, ctx.tolerance) => {
-                Err(Rejection::TimestampOutsideWindow)
-            }
-            _ => Ok(()),
-        }
+        let authentic = match timestamp {
+            Some((text, _)) => ctx
+                .secrets
+                .any_signed(&[text.as_bytes(), b".", &req.body], &[candidate]),
+            None => ctx.secrets.any_signed(&[&req.body], &[candidate]),
+        };
+        verdict(authentic, timestamp.map(|(_, seconds)| seconds), ctx)
     }
 
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {

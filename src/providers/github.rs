@@ -9,9 +9,9 @@
 use serde::Deserialize;
 
 use super::{
-    required_header, EventIdentity, Identity, Provider, RawRequest, Rejection, VerifyContext,
+    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
+    VerifyContext,
 };
-use crate::signature::Tag;
 
 pub struct GitHub;
 
@@ -28,11 +28,11 @@ impl Provider for GitHub {
             .and_then(|h| hex::decode(h).ok())
             .filter(|tag| tag.len() == 32)
             .ok_or(Rejection::MalformedSignature)?;
-        let authentic = ctx
-            .secrets
-            .iter()
-            .any(|secret| Tag::sha256(secret, &[&req.body]).matches(&candidate));
-        authentic.then_some(()).ok_or(Rejection::BadSignature)
+        verdict(
+            ctx.secrets.any_signed(&[&req.body], &[candidate]),
+            None,
+            ctx,
+        )
     }
 
     /// The type is `X-GitHub-Event`, refined by the body's `action` when it
@@ -61,7 +61,7 @@ impl Provider for GitHub {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::Secrets;
+    use crate::signature::{Secrets, Tag};
 
     /// GitHub's documented example ("Validating webhook deliveries"):
     /// secret "It's a Secret to Everybody", payload "Hello, World!".

@@ -6,9 +6,9 @@
 use serde::Deserialize;
 
 use super::{
-    required_header, EventIdentity, Identity, Provider, RawRequest, Rejection, VerifyContext,
+    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
+    VerifyContext,
 };
-use crate::signature::{within_window, Tag};
 
 pub struct Linear;
 
@@ -36,21 +36,16 @@ impl Provider for Linear {
             .ok()
             .filter(|tag| tag.len() == 32)
             .ok_or(Rejection::MalformedSignature)?;
-        let authentic = ctx
-            .secrets
-            .iter()
-            .any(|secret| Tag::sha256(secret, &[&req.body]).matches(&candidate));
-        if !authentic {
-            return Err(Rejection::BadSignature);
-        }
-        // Authentic from here on: the body may be read.
+        verdict(
+            ctx.secrets.any_signed(&[&req.body], &[candidate]),
+            None,
+            ctx,
+        )?;
+        // Authentic from here on: the body may be read for its time.
         let sent_at = payload(req)?
             .webhook_timestamp
             .ok_or_else(|| Rejection::MalformedBody("no webhookTimestamp".into()))?;
-        if !within_window(sent_at / 1000, ctx.now, ctx.tolerance) {
-            return Err(Rejection::TimestampOutsideWindow);
-        }
-        Ok(())
+        verdict(true, Some(sent_at / 1000), ctx)
     }
 
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {

@@ -26,7 +26,7 @@ pub use stripe::Stripe;
 pub use twilio::Twilio;
 
 use crate::config::ConfigError;
-use crate::signature::Secrets;
+use crate::signature::{within_window, Secrets};
 use crate::sources::SourceConfig;
 
 /// A request as it arrived: its URL, header names lower-cased, the body
@@ -186,6 +186,21 @@ pub fn build(config: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
             )))
         }
     })
+}
+
+/// The verdict on a signed request: the signature first — nothing about a
+/// forged request is trusted, its timestamp included — then the window, for
+/// schemes that sign a time.
+fn verdict(authentic: bool, signed_at: Option<u64>, ctx: &VerifyContext) -> Result<(), Rejection> {
+    if !authentic {
+        return Err(Rejection::BadSignature);
+    }
+    match signed_at {
+        Some(at) if !within_window(at, ctx.now, ctx.tolerance) => {
+            Err(Rejection::TimestampOutsideWindow)
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Reads an event's id and type from a JSON body, at top-level fields.

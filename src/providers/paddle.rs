@@ -4,9 +4,9 @@
 //! is the body's `event_id`, the type its `event_type`.
 
 use super::{
-    json_identity, required_header, Identity, Provider, RawRequest, Rejection, VerifyContext,
+    json_identity, required_header, verdict, Identity, Provider, RawRequest, Rejection,
+    VerifyContext,
 };
-use crate::signature::{within_window, Tag};
 
 pub struct Paddle;
 
@@ -34,17 +34,12 @@ impl Provider for Paddle {
         if candidates.is_empty() {
             return Err(Rejection::MalformedSignature);
         }
-        let authentic = ctx.secrets.iter().any(|secret| {
-            let tag = Tag::sha256(secret, &[timestamp_text.as_bytes(), b":", &req.body]);
-            candidates.iter().any(|candidate| tag.matches(candidate))
-        });
-        if !authentic {
-            return Err(Rejection::BadSignature);
-        }
-        if !within_window(timestamp, ctx.now, ctx.tolerance) {
-            return Err(Rejection::TimestampOutsideWindow);
-        }
-        Ok(())
+        let signed: [&[u8]; 3] = [timestamp_text.as_bytes(), b":", &req.body];
+        verdict(
+            ctx.secrets.any_signed(&signed, &candidates),
+            Some(timestamp),
+            ctx,
+        )
     }
 
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {

@@ -4,9 +4,10 @@
 //! subscription gets its own), the type `X-Shopify-Topic`.
 
 use super::{
-    header_identity, required_header, Identity, Provider, RawRequest, Rejection, VerifyContext,
+    header_identity, required_header, verdict, Identity, Provider, RawRequest, Rejection,
+    VerifyContext,
 };
-use crate::signature::{base64_decode, Tag};
+use crate::signature::base64_decode;
 
 pub struct Shopify;
 
@@ -19,11 +20,11 @@ impl Provider for Shopify {
         let header =
             required_header(req, "x-shopify-hmac-sha256").ok_or(Rejection::MissingSignature)?;
         let candidate = base64_decode(header).ok_or(Rejection::MalformedSignature)?;
-        let authentic = ctx
-            .secrets
-            .iter()
-            .any(|secret| Tag::sha256(secret, &[&req.body]).matches(&candidate));
-        authentic.then_some(()).ok_or(Rejection::BadSignature)
+        verdict(
+            ctx.secrets.any_signed(&[&req.body], &[candidate]),
+            None,
+            ctx,
+        )
     }
 
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {

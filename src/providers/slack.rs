@@ -7,9 +7,9 @@
 use serde::Deserialize;
 
 use super::{
-    required_header, EventIdentity, Identity, Provider, RawRequest, Rejection, VerifyContext,
+    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
+    VerifyContext,
 };
-use crate::signature::{within_window, Tag};
 
 pub struct Slack;
 
@@ -31,20 +31,12 @@ impl Provider for Slack {
             .and_then(|h| hex::decode(h).ok())
             .filter(|tag| tag.len() == 32)
             .ok_or(Rejection::MalformedSignature)?;
-        let authentic = ctx.secrets.iter().any(|secret| {
-            Tag::sha256(
-                secret,
-                &[b"v0:", timestamp_text.as_bytes(), b":", &req.body],
-            )
-            .matches(&candidate)
-        });
-        if !authentic {
-            return Err(Rejection::BadSignature);
-        }
-        if !within_window(timestamp, ctx.now, ctx.tolerance) {
-            return Err(Rejection::TimestampOutsideWindow);
-        }
-        Ok(())
+        let signed: [&[u8]; 4] = [b"v0:", timestamp_text.as_bytes(), b":", &req.body];
+        verdict(
+            ctx.secrets.any_signed(&signed, &[candidate]),
+            Some(timestamp),
+            ctx,
+        )
     }
 
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {

@@ -11,9 +11,10 @@ use ed25519_compact::{PublicKey, Signature};
 use serde::Deserialize;
 
 use super::{
-    required_header, EventIdentity, Identity, Provider, RawRequest, Rejection, VerifyContext,
+    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
+    VerifyContext,
 };
-use crate::signature::{base64_decode, within_window, Tag};
+use crate::signature::{base64_decode, Tag};
 
 pub struct StandardWebhooks {
     name: &'static str,
@@ -119,13 +120,7 @@ impl Provider for StandardWebhooks {
                 })
             }
         });
-        if !authentic {
-            return Err(Rejection::BadSignature);
-        }
-        if !within_window(timestamp, ctx.now, ctx.tolerance) {
-            return Err(Rejection::TimestampOutsideWindow);
-        }
-        Ok(())
+        verdict(authentic, Some(timestamp), ctx)
     }
 
     /// The type is the payload's `type`, the convention of the spec.

@@ -6,9 +6,9 @@
 use serde::Deserialize;
 
 use super::{
-    required_header, EventIdentity, Identity, Provider, RawRequest, Rejection, VerifyContext,
+    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
+    VerifyContext,
 };
-use crate::signature::{within_window, Tag};
 
 pub struct Stripe;
 
@@ -54,17 +54,12 @@ impl Provider for Stripe {
             .parse()
             .map_err(|_| Rejection::MalformedSignature)?;
 
-        let authentic = ctx.secrets.iter().any(|secret| {
-            let tag = Tag::sha256(secret, &[header.timestamp.as_bytes(), b".", &req.body]);
-            header.v1.iter().any(|candidate| tag.matches(candidate))
-        });
-        if !authentic {
-            return Err(Rejection::BadSignature);
-        }
-        if !within_window(timestamp, ctx.now, ctx.tolerance) {
-            return Err(Rejection::TimestampOutsideWindow);
-        }
-        Ok(())
+        let signed: [&[u8]; 3] = [header.timestamp.as_bytes(), b".", &req.body];
+        verdict(
+            ctx.secrets.any_signed(&signed, &header.v1),
+            Some(timestamp),
+            ctx,
+        )
     }
 
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {

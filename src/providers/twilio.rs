@@ -13,7 +13,8 @@ use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
 use super::{
-    required_header, EventIdentity, Identity, Provider, RawRequest, Rejection, VerifyContext,
+    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
+    VerifyContext,
 };
 use crate::signature::base64_decode;
 
@@ -96,9 +97,7 @@ impl Provider for Twilio {
             mac.update(signed.as_bytes());
             mac.verify_slice(&candidate).is_ok()
         });
-        if !authentic {
-            return Err(Rejection::BadSignature);
-        }
+        verdict(authentic, None, ctx)?;
         if !is_form(req) && !req.body.is_empty() {
             // The signature covers the URL; the URL must cover the body.
             let digest = hex::encode(Sha256::digest(&req.body));
