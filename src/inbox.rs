@@ -66,6 +66,9 @@ pub enum Fault {
     /// The first effect attempt fails before touching D1 (a crash between
     /// claim and effect).
     FailBeforeEffect,
+    /// Every effect attempt fails before touching D1 (D1 down for good):
+    /// the retry budget runs out.
+    EffectAlwaysFails,
     /// The first effect attempt commits in D1, then fails before the inbox
     /// marks it done (a lost reply from D1).
     FailAfterEffect,
@@ -82,6 +85,7 @@ impl Fault {
     pub fn parse(name: &str) -> Option<Fault> {
         match name {
             "fail-before-effect" => Some(Fault::FailBeforeEffect),
+            "effect-always-fails" => Some(Fault::EffectAlwaysFails),
             "fail-after-effect" => Some(Fault::FailAfterEffect),
             "fail-enqueue" => Some(Fault::FailEnqueue),
             "crash-after-call" => Some(Fault::CrashAfterCall),
@@ -89,9 +93,16 @@ impl Fault {
         }
     }
 
+    /// Whether the fault hits an attempt after `attempts` earlier ones: all
+    /// of them for `EffectAlwaysFails`, only the first for the others.
+    fn applies(self, attempts: i64) -> bool {
+        self == Fault::EffectAlwaysFails || attempts == 0
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             Fault::FailBeforeEffect => "fail-before-effect",
+            Fault::EffectAlwaysFails => "effect-always-fails",
             Fault::FailAfterEffect => "fail-after-effect",
             Fault::FailEnqueue => "fail-enqueue",
             Fault::CrashAfterCall => "crash-after-call",
@@ -248,12 +259,11 @@ impl DurableObject for EventInbox {
                 self.set_alarm_in(settings.retry_base_ms).await?;
                 return Response::ok("attempt in flight");
             }
-            // An injected fault hits the first attempt only.
             let fault = row
                 .fault
                 .as_deref()
                 .and_then(Fault::parse)
-                .filter(|_| row.effect_attempts == 0);
+                .filter(|f| f.applies(row.effect_attempts));
             self.attempt_effect(row.event(), fault, &settings).await?;
             return Response::ok("retried");
         }
@@ -419,7 +429,7 @@ impl EventInbox {
         event: &VerifiedEvent,
         fault: Option<Fault>,
     ) -> std::result::Result<Applied, String> {
-        if fault == Some(Fault::FailBeforeEffect) {
+        if matches!(fault, Some(Fault::FailBeforeEffect | Fault::EffectAlwaysFails)) {
             return Err("injected fault: before effect".into());
         }
         let plan =

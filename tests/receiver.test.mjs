@@ -201,6 +201,31 @@ describe("faults between claim and effect", () => {
   });
 });
 
+describe("an effect that never succeeds", () => {
+  test("is retried with backoff until the budget is spent, then marked failed, with no effect", async () => {
+    const fragile = await startWorker({ EFFECT_MAX_ATTEMPTS: "3", EFFECT_RETRY_BASE_MS: "100" });
+    try {
+      const body = checkoutCompleted();
+      const id = JSON.parse(body).id;
+      const send = (headers = {}) =>
+        fragile.post("/webhooks/stripe", body, { ...stripeHeaders(body, STRIPE), ...headers }).then((r) => r.json());
+      assert.equal((await send({ "x-test-fault": "effect-always-fails" })).outcome, "accepted");
+      const state = await eventually(async () => {
+        const s = await fragile.inboxState(`stripe:${id}`);
+        return s.state === "failed" && s;
+      }, 10_000, "the event to be marked failed");
+      assert.equal(state.effect_attempts, 3);
+      assert.equal(state.last_error, "injected fault: before effect");
+      assert.equal(await fragile.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 0);
+      // A later copy is held as a duplicate: the event waits for an operator.
+      assert.equal((await send()).outcome, "duplicate");
+      assert.equal((await fragile.inboxState(`stripe:${id}`)).state, "failed");
+    } finally {
+      await fragile.dispose();
+    }
+  });
+});
+
 describe("bad input is refused with a 4xx and writes nothing", () => {
   async function refused(res, status, error) {
     assert.deepEqual(await reply(res), { status, body: { error } });
