@@ -429,7 +429,10 @@ impl EventInbox {
         event: &VerifiedEvent,
         fault: Option<Fault>,
     ) -> std::result::Result<Applied, String> {
-        if matches!(fault, Some(Fault::FailBeforeEffect | Fault::EffectAlwaysFails)) {
+        if matches!(
+            fault,
+            Some(Fault::FailBeforeEffect | Fault::EffectAlwaysFails)
+        ) {
             return Err("injected fault: before effect".into());
         }
         let plan =
