@@ -28,7 +28,7 @@ use worker::{
 use crate::config::{InboxSettings, DB_BINDING};
 use crate::effects::{self, Applied};
 use crate::event::VerifiedEvent;
-use crate::{http, outbox};
+use crate::{failed_events, http, outbox};
 
 /// What a delivery did, as the sender is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,12 +232,19 @@ impl DurableObject for EventInbox {
         }
     }
 
-    /// `POST /deliver` from the worker; `GET /state` for tests and operators.
-    /// Neither is reachable from outside: only the binding can call an object.
+    /// `POST /deliver` from the worker; `GET /state` and `POST /replay` for
+    /// tests and the admin API. None is reachable from outside: only the
+    /// binding can call an object.
     async fn fetch(&self, mut req: Request) -> Result<Response> {
         if req.method() == Method::Get {
             return match self.status()? {
                 Some(status) => Response::from_json(&status),
+                None => Response::error("no event", 404),
+            };
+        }
+        if req.path() == "/replay" {
+            return match self.replay().await? {
+                Some(outcome) => Response::ok(outcome.as_str()),
                 None => Response::error("no event", 404),
             };
         }
@@ -312,6 +319,38 @@ impl EventInbox {
             Some(Applied::Earlier) => Outcome::Duplicate,
             None => Outcome::Accepted,
         })
+    }
+
+    /// An operator's replay: runs the effect path again for the held event,
+    /// without test faults. A `failed` event is reopened first. For an event
+    /// already done it is a no-op: the ledger answers `Earlier`, reported as
+    /// `duplicate`. `None` when the inbox holds no event (never, or expired).
+    async fn replay(&self) -> Result<Option<Outcome>> {
+        self.ensure_table(&self.event_table_ready, EVENT_TABLE)?;
+        let Some(row) = self.load()? else {
+            return Ok(None);
+        };
+        if self.effect_running.get() {
+            return Ok(Some(Outcome::Accepted));
+        }
+        let was_failed = row.state == "failed";
+        self.sql.exec(
+            "UPDATE event SET state = 'received' WHERE state = 'failed'",
+            None,
+        )?;
+        let settings = InboxSettings::from_env(&self.env).map_err(|e| e.to_string())?;
+        let event = row.event();
+        let key = (event.source.clone(), event.id.clone());
+        let applied = self.attempt_effect(event, None, &settings).await?;
+        if was_failed && applied.is_some() {
+            let (source, id) = key;
+            failed_events::resolve(&self.env, &source, &id).await;
+        }
+        Ok(Some(match applied {
+            Some(Applied::Now) => Outcome::Processed,
+            Some(Applied::Earlier) => Outcome::Duplicate,
+            None => Outcome::Accepted,
+        }))
     }
 
     /// Inserts the event row if this object holds none. True when this call
@@ -415,6 +454,7 @@ impl EventInbox {
                         "UPDATE event SET state = 'failed' WHERE state = 'received'",
                         None,
                     )?;
+                    failed_events::record(&self.env, &event, &error).await;
                     self.set_alarm_at(expires_at).await?;
                 } else {
                     self.set_alarm_in(settings.backoff_ms(failures)).await?;

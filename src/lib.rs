@@ -19,11 +19,15 @@
 //! - [`outbox`]: after the commit, side effects (email, chat) go through a
 //!   Queue; the consumer performs each once, under its own idempotency key,
 //!   and a cron relay re-sends what a lost message left behind.
+//! - [`admin`]: `/admin/api/…` behind a bearer token — events, their
+//!   attempts and side effects, replay, requeue.
 //! - [`config`]: vars, secrets and bindings, with errors that name the variable.
 
+pub mod admin;
 pub mod config;
 pub mod effects;
 pub mod event;
+pub mod failed_events;
 pub mod http;
 pub mod inbox;
 pub mod outbox;
@@ -48,6 +52,9 @@ fn start() {
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
     let path = req.path();
+    if let Some(rest) = path.strip_prefix("/admin/api/") {
+        return admin::handle(req, &env, rest).await;
+    }
     match path.strip_prefix("/webhooks/") {
         Some(source) if req.method() == Method::Post => receive::handle(req, &env, source).await,
         Some(_) => Ok(Response::error("method not allowed: POST only", 405)?

@@ -1,0 +1,248 @@
+//! The admin API, `/admin/api/…`, behind `Authorization: Bearer <ADMIN_TOKEN>`.
+//! With no `ADMIN_TOKEN` configured it does not exist (404): never open.
+//!
+//! - `GET  /admin/api/events?status=processed|failed&source=&type=&limit=`
+//! - `GET  /admin/api/events/{source}/{id}`: ledger row, failure, outbox
+//!   rows, and the inbox's state with its delivery count
+//! - `POST /admin/api/events/{source}/{id}/replay`: the effect path again; a
+//!   no-op (`"outcome":"duplicate"`) when the ledger says it is done
+//! - `GET  /admin/api/outbox?status=dead|pending|sending|sent&limit=`
+//! - `POST /admin/api/outbox/{key}/requeue`: a dead row made due and sent
+//!
+//! Lists come straight out of D1 as JSON (`json_group_array`), so nothing is
+//! decoded and re-encoded on the way.
+
+use worker::wasm_bindgen::JsValue;
+use worker::{js_sys, Date, Env, Headers, Method, Request, Response, Result};
+
+use crate::config::{self, DB_BINDING, INBOX_BINDING};
+use crate::event::dedupe_key;
+use crate::signature::Tag;
+use crate::{http, outbox};
+
+pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
+    let Some(token) = config::optional(env, "ADMIN_TOKEN") else {
+        return Response::error("not found", 404);
+    };
+    if !authorized(&req, &token) {
+        let headers = Headers::new();
+        headers.set("www-authenticate", "Bearer")?;
+        return Ok(Response::error("unauthorized", 401)?.with_headers(headers));
+    }
+    let segments: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(decode)
+        .collect();
+    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let query = Query::of(&req.inner().url());
+    match (req.method(), segments.as_slice()) {
+        (Method::Get, ["events"]) => list_events(env, &query).await,
+        (Method::Get, ["events", source, id]) => event_detail(env, source, id).await,
+        (Method::Post, ["events", source, id, "replay"]) => replay(env, source, id).await,
+        (Method::Get, ["outbox"]) => list_outbox(env, &query).await,
+        (Method::Post, ["outbox", key, "requeue"]) => requeue(env, key).await,
+        _ => Response::error("not found", 404),
+    }
+}
+
+/// Compares digests, not the strings: constant time whatever the lengths.
+fn authorized(req: &Request, token: &str) -> bool {
+    let presented = req
+        .headers()
+        .get("authorization")
+        .ok()
+        .flatten()
+        .and_then(|value| value.strip_prefix("Bearer ").map(str::to_string));
+    let Some(presented) = presented else {
+        return false;
+    };
+    let expected = Tag::sha256(b"admin-token", &[token.as_bytes()]);
+    let given = Tag::sha256(b"admin-token", &[presented.as_bytes()]);
+    expected.matches(&given.bytes())
+}
+
+fn decode(segment: &str) -> String {
+    js_sys::decode_uri_component(segment)
+        .ok()
+        .and_then(|s| s.as_string())
+        .unwrap_or_else(|| segment.to_string())
+}
+
+/// The query string's parameters, decoded.
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn of(url: &str) -> Self {
+        let query = url.split_once('?').map_or("", |(_, q)| q);
+        let pairs = query
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(name, value)| (decode(name), decode(&value.replace('+', " "))))
+            .collect();
+        Query(pairs)
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
+    }
+
+    fn limit(&self) -> f64 {
+        self.get("limit")
+            .and_then(|l| l.parse::<u32>().ok())
+            .unwrap_or(50)
+            .clamp(1, 500)
+            .into()
+    }
+}
+
+fn text_or_null(value: Option<&str>) -> JsValue {
+    value.map_or(JsValue::NULL, JsValue::from_str)
+}
+
+/// Runs a statement that returns one text column `json` and answers it as
+/// the JSON body `{"<field>": <json>}`.
+async fn json_answer(env: &Env, field: &str, sql: &str, params: &[JsValue]) -> Result<Response> {
+    let db = env.d1(DB_BINDING)?;
+    let json = db
+        .prepare(sql)
+        .bind(params)?
+        .first::<String>(Some("json"))
+        .await?
+        .unwrap_or_else(|| "null".into());
+    json_response(&format!(r#"{{"{field}":{json}}}"#))
+}
+
+fn json_response(body: &str) -> Result<Response> {
+    let headers = Headers::new();
+    headers.set("content-type", "application/json")?;
+    Ok(Response::ok(body)?.with_headers(headers))
+}
+
+async fn list_events(env: &Env, query: &Query) -> Result<Response> {
+    let filters = [
+        text_or_null(query.get("source")),
+        text_or_null(query.get("type")),
+        JsValue::from_f64(query.limit()),
+    ];
+    let sql = match query.get("status").unwrap_or("processed") {
+        "processed" => {
+            "SELECT json_group_array(json_object('source', source, 'event_id', event_id, 'type', type, \
+                 'status', 'processed', 'received_at', received_at, 'processed_at', processed_at)) AS json \
+             FROM (SELECT * FROM processed_events \
+                   WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR type = ?2) \
+                   ORDER BY processed_at DESC LIMIT ?3)"
+        }
+        "failed" => {
+            "SELECT json_group_array(json_object('source', source, 'event_id', event_id, 'type', type, \
+                 'status', 'failed', 'received_at', received_at, 'failed_at', failed_at, \
+                 'last_error', last_error)) AS json \
+             FROM (SELECT * FROM failed_events \
+                   WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR type = ?2) \
+                   ORDER BY failed_at DESC LIMIT ?3)"
+        }
+        _ => return Response::error("status must be processed or failed", 400),
+    };
+    json_answer(env, "events", sql, &filters).await
+}
+
+async fn event_detail(env: &Env, source: &str, id: &str) -> Result<Response> {
+    let db = env.d1(DB_BINDING)?;
+    let json = db
+        .prepare(
+            "SELECT json_object(\
+                 'ledger', (SELECT json_object('type', type, 'received_at', received_at, \
+                     'processed_at', processed_at) FROM processed_events \
+                     WHERE source = ?1 AND event_id = ?2), \
+                 'failure', (SELECT json_object('failed_at', failed_at, 'last_error', last_error) \
+                     FROM failed_events WHERE source = ?1 AND event_id = ?2), \
+                 'outbox', (SELECT json_group_array(json_object('idempotency_key', idempotency_key, \
+                     'action', action, 'status', status, 'attempts', attempts, \
+                     'last_error', last_error, 'note', note, 'updated_at', updated_at)) \
+                     FROM outbox WHERE source = ?1 AND event_id = ?2)) AS json",
+        )
+        .bind(&[source.into(), id.into()])?
+        .first::<String>(Some("json"))
+        .await?
+        .unwrap_or_else(|| "null".into());
+    let stub = env
+        .durable_object(INBOX_BINDING)?
+        .get_by_name(&dedupe_key(source, id))?;
+    let mut inbox = stub.fetch_with_str("https://inbox/state").await?;
+    let inbox = match inbox.status_code() {
+        200 => inbox.text().await?,
+        _ => "null".into(),
+    };
+    // `json` is an object; add the inbox's state to it.
+    let body = format!(
+        r#"{{"source":{},"event_id":{},"inbox":{inbox},"records":{json}}}"#,
+        serde_json::to_string(source)?,
+        serde_json::to_string(id)?
+    );
+    json_response(&body)
+}
+
+async fn replay(env: &Env, source: &str, id: &str) -> Result<Response> {
+    let stub = env
+        .durable_object(INBOX_BINDING)?
+        .get_by_name(&dedupe_key(source, id))?;
+    let mut answer = stub
+        .fetch_with_request(http::post("https://inbox/replay", "", &[])?)
+        .await?;
+    if answer.status_code() == 404 {
+        return Response::error(
+            "the inbox holds no such event (never received, or past retention)",
+            404,
+        );
+    }
+    let outcome = answer.text().await?;
+    let noop = outcome == "duplicate";
+    json_response(&format!(
+        r#"{{"outcome":{},"noop":{noop}}}"#,
+        serde_json::to_string(&outcome)?
+    ))
+}
+
+async fn list_outbox(env: &Env, query: &Query) -> Result<Response> {
+    let status = query.get("status").unwrap_or("dead");
+    if !matches!(status, "dead" | "pending" | "sending" | "sent") {
+        return Response::error("status must be dead, pending, sending or sent", 400);
+    }
+    json_answer(
+        env,
+        "outbox",
+        "SELECT json_group_array(json_object('idempotency_key', idempotency_key, 'source', source, \
+             'event_id', event_id, 'action', action, 'status', status, 'attempts', attempts, \
+             'last_error', last_error, 'note', note, 'updated_at', updated_at)) AS json \
+         FROM (SELECT * FROM outbox WHERE status = ?1 ORDER BY updated_at DESC LIMIT ?2)",
+        &[status.into(), JsValue::from_f64(query.limit())],
+    )
+    .await
+}
+
+/// A dead row made due again and sent: the consumer performs it once, under
+/// its same idempotency key.
+async fn requeue(env: &Env, key: &str) -> Result<Response> {
+    let db = env.d1(DB_BINDING)?;
+    let now = Date::now().as_millis() as f64;
+    let changed = db
+        .prepare(
+            "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?2, updated_at = ?2 \
+             WHERE idempotency_key = ?1 AND status = 'dead'",
+        )
+        .bind(&[key.into(), now.into()])?
+        .run()
+        .await?
+        .meta()?
+        .and_then(|meta| meta.changes)
+        .unwrap_or(0);
+    if changed == 0 {
+        return Response::error("no dead outbox row with that key", 404);
+    }
+    outbox::enqueue(env, &[key.to_string()], None).await?;
+    json_response(r#"{"requeued":true}"#)
+}
