@@ -8,6 +8,8 @@
 //!   no-op (`"outcome":"duplicate"`) when the ledger says it is done
 //! - `GET  /admin/api/outbox?status=dead|pending|sending|sent&limit=`
 //! - `POST /admin/api/outbox/{key}/requeue`: a dead row made due and sent
+//! - `GET  /admin/api/stats`: per source, the delivery counters (`stats`)
+//!   and exact counts from the ledger, `failed_events` and `outbox`
 //!
 //! Lists come straight out of D1 as JSON (`json_group_array`), so nothing is
 //! decoded and re-encoded on the way.
@@ -42,6 +44,7 @@ pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
         (Method::Post, ["events", source, id, "replay"]) => replay(env, source, id).await,
         (Method::Get, ["outbox"]) => list_outbox(env, &query).await,
         (Method::Post, ["outbox", key, "requeue"]) => requeue(env, key).await,
+        (Method::Get, ["stats"]) => stats(env).await,
         _ => Response::error("not found", 404),
     }
 }
@@ -220,6 +223,25 @@ async fn list_outbox(env: &Env, query: &Query) -> Result<Response> {
              'last_error', last_error, 'note', note, 'updated_at', updated_at)) AS json \
          FROM (SELECT * FROM outbox WHERE status = ?1 ORDER BY updated_at DESC LIMIT ?2)",
         &[status.into(), JsValue::from_f64(query.limit())],
+    )
+    .await
+}
+
+async fn stats(env: &Env) -> Result<Response> {
+    json_answer(
+        env,
+        "stats",
+        "SELECT json_object(\
+             'counters', (SELECT json_group_array(json_object('source', source, 'counter', counter, \
+                 'value', value)) FROM source_counters), \
+             'processed', (SELECT json_group_array(json_object('source', source, 'events', n)) \
+                 FROM (SELECT source, count(*) AS n FROM processed_events GROUP BY source)), \
+             'failed', (SELECT json_group_array(json_object('source', source, 'events', n)) \
+                 FROM (SELECT source, count(*) AS n FROM failed_events GROUP BY source)), \
+             'outbox', (SELECT json_group_array(json_object('source', source, 'status', status, \
+                 'rows', n)) FROM (SELECT source, status, count(*) AS n FROM outbox \
+                 GROUP BY source, status))) AS json",
+        &[],
     )
     .await
 }

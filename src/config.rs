@@ -125,6 +125,12 @@ pub fn test_faults(env: &Env) -> bool {
     text(env, "TEST_FAULTS").as_deref() == Some("enabled")
 }
 
+/// How often (ms) an isolate adds its delivery counters to D1
+/// (`STATS_FLUSH_MS`, default 10 s; see `stats`).
+pub fn stats_flush_ms(env: &Env) -> u64 {
+    number(env, "STATS_FLUSH_MS", 10_000).unwrap_or(10_000)
+}
+
 /// An optional variable or secret (an outbox target), `None` when unset or blank.
 pub fn optional(env: &Env, name: &str) -> Option<String> {
     text(env, name).filter(|v| !v.trim().is_empty())

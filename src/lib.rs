@@ -35,6 +35,7 @@ pub mod providers;
 pub mod receive;
 pub mod signature;
 pub mod sources;
+pub mod stats;
 
 use worker::wasm_bindgen::JsValue;
 use worker::{
@@ -50,13 +51,15 @@ fn start() {
 }
 
 #[event(fetch)]
-async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let path = req.path();
     if let Some(rest) = path.strip_prefix("/admin/api/") {
         return admin::handle(req, &env, rest).await;
     }
     match path.strip_prefix("/webhooks/") {
-        Some(source) if req.method() == Method::Post => receive::handle(req, &env, source).await,
+        Some(source) if req.method() == Method::Post => {
+            receive::handle(req, &env, &ctx, source).await
+        }
         Some(_) => Ok(Response::error("method not allowed: POST only", 405)?
             .with_headers([("allow", "POST")].iter().collect())),
         None if path == "/" => {

@@ -6,14 +6,14 @@
 //! every refusal is a 4xx that wrote nothing.
 
 use serde::Serialize;
-use worker::{console_log, Date, Env, Headers, Request, Response, Result};
+use worker::{console_log, Context, Date, Env, Headers, Request, Response, Result};
 
 use crate::config::{self, ConfigError, Limits, INBOX_BINDING};
 use crate::effects;
 use crate::event::VerifiedEvent;
 use crate::inbox::{self, Fault, Outcome};
 use crate::providers::{self, Identity, RawRequest, Rejection, VerifyContext};
-use crate::sources;
+use crate::{sources, stats};
 
 /// Why a delivery was not taken. Nothing was recorded in any of these cases.
 #[derive(Debug)]
@@ -110,7 +110,7 @@ enum Reply<'a> {
     },
 }
 
-pub async fn handle(req: Request, env: &Env, source: &str) -> Result<Response> {
+pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Result<Response> {
     let started = Date::now().as_millis();
     let mut trace = Trace::default();
     let result = receive(req, env, source, &mut trace).await;
@@ -135,6 +135,7 @@ pub async fn handle(req: Request, env: &Env, source: &str) -> Result<Response> {
         latency_ms,
     };
     console_log!("{}", serde_json::to_string(&line)?);
+    count(env, ctx, source, outcome, refusal);
     let reply = match (&result, refusal) {
         (Ok(Taken::Handshake(body)), _) => {
             let headers = Headers::new();
@@ -156,6 +157,25 @@ enum Taken {
     /// A provider's handshake (Slack's `url_verification`), answered with
     /// this JSON body. Not an event: nothing is stored.
     Handshake(String),
+}
+
+/// Counts the delivery for the operators' per-source counters (see
+/// `stats`). Requests to sources that do not exist count under `(unknown)`,
+/// so a prober cannot fill the table with names.
+fn count(env: &Env, ctx: &Context, source: &str, outcome: &str, refusal: Option<&Refusal>) {
+    let source = match refusal {
+        Some(Refusal::UnknownSource) => "(unknown)",
+        _ => source,
+    };
+    stats::count(source, "received");
+    match refusal {
+        Some(refusal) => stats::count(source, &format!("rejected:{}", refusal.reason())),
+        None => stats::count(source, outcome),
+    }
+    let interval = config::stats_flush_ms(env);
+    if let Some(counts) = stats::take_due(Date::now().as_millis(), interval) {
+        ctx.wait_until(stats::flush(env.clone(), counts));
+    }
 }
 
 async fn receive(

@@ -16,6 +16,7 @@ before(async () => {
     EMAIL_API_URL: "http://email.test",
     OUTBOX_MAX_ATTEMPTS: "2",
     OUTBOX_RETRY_BASE_SECS: "1",
+    STATS_FLUSH_MS: "0",
   });
 });
 after(() => w.dispose());
@@ -110,6 +111,28 @@ describe("admin views and actions", () => {
     assert.equal((await adminJson(`events/stripe/${id}`)).inbox.state, "done");
     assert.deepEqual(await adminJson(`events/stripe/${id}/replay`, { method: "POST" }), { outcome: "duplicate", noop: true });
     assert.equal(await w.scalar("SELECT count(*) FROM orders WHERE checkout_session_id = ?", session), 1);
+  });
+
+  test("per-source counters: received, processed, duplicates, rejections by reason; exact counts from the tables", async () => {
+    const counter = (stats, source, name) =>
+      stats.counters.find((c) => c.source === source && c.counter === name)?.value ?? 0;
+    const before = (await adminJson("stats")).stats;
+    const body = checkoutCompleted();
+    await send(body);
+    await send(body);
+    await w.post("/webhooks/stripe", body, stripeHeaders(body, "whsec_wrong")).then((r) => r.arrayBuffer());
+    await w.post("/webhooks/no-such-source", "{}").then((r) => r.arrayBuffer());
+    const after = await eventually(async () => {
+      const stats = (await adminJson("stats")).stats;
+      return counter(stats, "stripe", "received") - counter(before, "stripe", "received") === 3 && stats;
+    }, 10_000, "the counters to be flushed");
+    assert.equal(counter(after, "stripe", "processed") - counter(before, "stripe", "processed"), 1);
+    assert.equal(counter(after, "stripe", "duplicate") - counter(before, "stripe", "duplicate"), 1);
+    assert.equal(counter(after, "stripe", "rejected:bad_signature") - counter(before, "stripe", "rejected:bad_signature"), 1);
+    assert.equal(counter(after, "(unknown)", "rejected:unknown_source") - counter(before, "(unknown)", "rejected:unknown_source"), 1);
+    assert.ok(!after.counters.some((c) => c.source === "no-such-source"), "unknown names are not stored");
+    const processed = after.processed.find((p) => p.source === "stripe").events;
+    assert.equal(processed, await w.scalar("SELECT count(*) FROM processed_events WHERE source = 'stripe'"));
   });
 
   test("a dead outbox row is listed, and a requeue performs it once", async () => {

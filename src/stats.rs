@@ -1,0 +1,115 @@
+//! Per-source delivery counters for operators: `received`, `processed`,
+//! `duplicate`, `accepted`, `handshake` and `rejected:<reason>`.
+//!
+//! Counting must not slow the delivery path or put D1 on a replay's way, so
+//! each isolate counts in memory and adds its counts to D1
+//! (`source_counters`) at most every `STATS_FLUSH_MS` (default 10 s), after
+//! the response (`wait_until`). They are telemetry, not truth: an isolate
+//! that is evicted loses at most its unflushed counts, and counts wait in
+//! memory until the next request after the interval. What must be exact —
+//! processed events, failures, side effects — the admin API counts from the
+//! ledger, `failed_events` and `outbox` instead.
+
+use std::cell::RefCell;
+
+use worker::wasm_bindgen::JsValue;
+use worker::{console_error, Env};
+
+use crate::config::DB_BINDING;
+
+/// Counts not yet in D1, and when they were last flushed (ms).
+#[derive(Default)]
+struct Pending {
+    counts: Vec<(String, String, u64)>,
+    last_flush: u64,
+}
+
+thread_local! {
+    static PENDING: RefCell<Pending> = RefCell::new(Pending::default());
+}
+
+/// Adds one to `source`'s `counter`.
+pub fn count(source: &str, counter: &str) {
+    PENDING.with(|pending| {
+        let counts = &mut pending.borrow_mut().counts;
+        match counts
+            .iter_mut()
+            .find(|(s, c, _)| s == source && c == counter)
+        {
+            Some((_, _, n)) => *n += 1,
+            None => counts.push((source.to_string(), counter.to_string(), 1)),
+        }
+    });
+}
+
+/// The counts to flush, when `interval_ms` has passed since the last flush.
+pub fn take_due(now: u64, interval_ms: u64) -> Option<Vec<(String, String, u64)>> {
+    PENDING.with(|pending| {
+        let mut pending = pending.borrow_mut();
+        if pending.counts.is_empty() || now.saturating_sub(pending.last_flush) < interval_ms {
+            return None;
+        }
+        pending.last_flush = now;
+        Some(std::mem::take(&mut pending.counts))
+    })
+}
+
+/// Adds the counts to D1 in one batch. On failure they are logged and
+/// dropped: telemetry is not worth a retry loop.
+pub async fn flush(env: Env, counts: Vec<(String, String, u64)>) {
+    let result = async {
+        let db = env.d1(DB_BINDING)?;
+        let statements = counts
+            .iter()
+            .map(|(source, counter, n)| {
+                db.prepare(
+                    "INSERT INTO source_counters (source, counter, value) VALUES (?1, ?2, ?3) \
+                     ON CONFLICT (source, counter) DO UPDATE SET value = value + excluded.value",
+                )
+                .bind(&[
+                    JsValue::from_str(source),
+                    JsValue::from_str(counter),
+                    JsValue::from_f64(*n as f64),
+                ])
+            })
+            .collect::<worker::Result<Vec<_>>>()?;
+        db.batch(statements).await.map(|_| ())
+    }
+    .await;
+    if let Err(e) = result {
+        let error = serde_json::to_string(&e.to_string()).unwrap_or_default();
+        console_error!(
+            r#"{{"msg":"stats_flush_failed","counts":{},"error":{error}}}"#,
+            counts.len()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_accumulate_and_flush_once_per_interval() {
+        count("stripe", "received");
+        count("stripe", "received");
+        count("github", "rejected:bad_signature");
+        assert_eq!(take_due(5, 10), None, "not due yet");
+        let mut counts = take_due(10, 10).unwrap();
+        counts.sort();
+        assert_eq!(
+            counts,
+            vec![
+                ("github".into(), "rejected:bad_signature".into(), 1),
+                ("stripe".into(), "received".into(), 2),
+            ]
+        );
+        assert_eq!(take_due(30, 10), None, "nothing left to flush");
+        count("stripe", "duplicate");
+        assert_eq!(take_due(15, 10), None, "5 ms after the last flush");
+        assert_eq!(
+            take_due(20, 10).unwrap(),
+            vec![("stripe".into(), "duplicate".into(), 1)]
+        );
+    }
+}
