@@ -23,16 +23,18 @@ test: setup lint unit build e2e
 setup:
 	sh scripts/setup.sh
 
+## The wasm worker, and the self-test CLI (target/debug/selftest).
 build:
 	sh scripts/build.sh
+	cargo build -p selftest
 
 lint:
-	cargo fmt --check
-	cargo clippy --all-targets -- -D warnings
-	cargo clippy --target wasm32-unknown-unknown -- -D warnings
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p idempotent-webhooks --target wasm32-unknown-unknown -- -D warnings
 
 unit:
-	cargo test
+	cargo test --workspace
 
 e2e:
 	node --test --test-concurrency=1 tests/
