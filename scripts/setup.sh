@@ -1,9 +1,10 @@
 #!/bin/sh
 # Installs what building, running and testing the worker needs, skipping
 # whatever is already there: the wasm target, worker-build, wasm-bindgen-cli
-# (at the exact version Cargo.lock pins) and the npm packages (wrangler,
-# miniflare, binaryen's wasm-opt, esbuild). Everything comes from crates.io
-# and npm; nothing is downloaded from anywhere else.
+# (at the exact version Cargo.lock pins), Debian's Chromium, and the npm
+# packages (wrangler, miniflare, binaryen's wasm-opt, esbuild,
+# playwright-core). Everything comes from crates.io, Debian and npm; nothing
+# is downloaded from anywhere else.
 set -eu
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -23,6 +24,14 @@ fi
 # registry mirror may not serve (see TOOLCHAIN notes in README).
 if ! wasm-bindgen --version 2>/dev/null | grep -qx "wasm-bindgen $WASM_BINDGEN_VERSION"; then
     cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+fi
+
+# The dashboard test drives Debian's Chromium (no browser is downloaded).
+if ! command -v chromium >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update
+    $SUDO apt-get install -y chromium
 fi
 
 # npm ci only when node_modules is missing or older than the lockfile.

@@ -23,10 +23,10 @@ use crate::signature::Tag;
 use crate::{http, outbox};
 
 pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
-    let Some(token) = config::optional(env, "ADMIN_TOKEN") else {
+    let Some(token) = admin_token(env) else {
         return Response::error("not found", 404);
     };
-    if !authorized(&req, &token) {
+    if !bearer_ok(&req, &token) {
         let headers = Headers::new();
         headers.set("www-authenticate", "Bearer")?;
         return Ok(Response::error("unauthorized", 401)?.with_headers(headers));
@@ -49,23 +49,33 @@ pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
     }
 }
 
-/// Compares digests, not the strings: constant time whatever the lengths.
-fn authorized(req: &Request, token: &str) -> bool {
-    let presented = req
-        .headers()
-        .get("authorization")
-        .ok()
-        .flatten()
-        .and_then(|value| value.strip_prefix("Bearer ").map(str::to_string));
-    let Some(presented) = presented else {
-        return false;
-    };
+/// The admin token; `None` (no admin surface at all) when unset.
+pub fn admin_token(env: &Env) -> Option<String> {
+    config::optional(env, "ADMIN_TOKEN")
+}
+
+/// Whether `presented` is the token. Compares digests, not the strings:
+/// constant time whatever the lengths.
+pub fn token_matches(token: &str, presented: &str) -> bool {
     let expected = Tag::sha256(b"admin-token", &[token.as_bytes()]);
     let given = Tag::sha256(b"admin-token", &[presented.as_bytes()]);
     expected.matches(&given.bytes())
 }
 
-fn decode(segment: &str) -> String {
+fn bearer_ok(req: &Request, token: &str) -> bool {
+    req.headers()
+        .get("authorization")
+        .ok()
+        .flatten()
+        .and_then(|value| {
+            value
+                .strip_prefix("Bearer ")
+                .map(|p| token_matches(token, p))
+        })
+        .unwrap_or(false)
+}
+
+pub fn decode(segment: &str) -> String {
     js_sys::decode_uri_component(segment)
         .ok()
         .and_then(|s| s.as_string())
@@ -107,16 +117,19 @@ fn text_or_null(value: Option<&str>) -> JsValue {
     value.map_or(JsValue::NULL, JsValue::from_str)
 }
 
-/// Runs a statement that returns one text column `json` and answers it as
-/// the JSON body `{"<field>": <json>}`.
-async fn json_answer(env: &Env, field: &str, sql: &str, params: &[JsValue]) -> Result<Response> {
+/// Runs a statement that returns one text column `json`.
+async fn query_json(env: &Env, sql: &str, params: &[JsValue]) -> Result<String> {
     let db = env.d1(DB_BINDING)?;
-    let json = db
+    Ok(db
         .prepare(sql)
         .bind(params)?
         .first::<String>(Some("json"))
         .await?
-        .unwrap_or_else(|| "null".into());
+        .unwrap_or_else(|| "null".into()))
+}
+
+/// Answers `{"<field>": <json>}`.
+fn json_answer(field: &str, json: &str) -> Result<Response> {
     json_response(&format!(r#"{{"{field}":{json}}}"#))
 }
 
@@ -127,12 +140,36 @@ fn json_response(body: &str) -> Result<Response> {
 }
 
 async fn list_events(env: &Env, query: &Query) -> Result<Response> {
+    let status = query.get("status").unwrap_or("processed");
+    match events(
+        env,
+        status,
+        query.get("source"),
+        query.get("type"),
+        query.limit(),
+    )
+    .await?
+    {
+        Some(json) => json_answer("events", &json),
+        None => Response::error("status must be processed or failed", 400),
+    }
+}
+
+/// Recent events, newest first, as a JSON array; `None` for an unknown
+/// status. Shared with the dashboard.
+pub async fn events(
+    env: &Env,
+    status: &str,
+    source: Option<&str>,
+    kind: Option<&str>,
+    limit: f64,
+) -> Result<Option<String>> {
     let filters = [
-        text_or_null(query.get("source")),
-        text_or_null(query.get("type")),
-        JsValue::from_f64(query.limit()),
+        text_or_null(source),
+        text_or_null(kind),
+        JsValue::from_f64(limit),
     ];
-    let sql = match query.get("status").unwrap_or("processed") {
+    let sql = match status {
         "processed" => {
             "SELECT json_group_array(json_object('source', source, 'event_id', event_id, 'type', type, \
                  'status', 'processed', 'received_at', received_at, 'processed_at', processed_at)) AS json \
@@ -148,30 +185,33 @@ async fn list_events(env: &Env, query: &Query) -> Result<Response> {
                    WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR type = ?2) \
                    ORDER BY failed_at DESC LIMIT ?3)"
         }
-        _ => return Response::error("status must be processed or failed", 400),
+        _ => return Ok(None),
     };
-    json_answer(env, "events", sql, &filters).await
+    Ok(Some(query_json(env, sql, &filters).await?))
 }
 
 async fn event_detail(env: &Env, source: &str, id: &str) -> Result<Response> {
-    let db = env.d1(DB_BINDING)?;
-    let json = db
-        .prepare(
-            "SELECT json_object(\
-                 'ledger', (SELECT json_object('type', type, 'received_at', received_at, \
-                     'processed_at', processed_at) FROM processed_events \
-                     WHERE source = ?1 AND event_id = ?2), \
-                 'failure', (SELECT json_object('failed_at', failed_at, 'last_error', last_error) \
-                     FROM failed_events WHERE source = ?1 AND event_id = ?2), \
-                 'outbox', (SELECT json_group_array(json_object('idempotency_key', idempotency_key, \
-                     'action', action, 'status', status, 'attempts', attempts, \
-                     'last_error', last_error, 'note', note, 'updated_at', updated_at)) \
-                     FROM outbox WHERE source = ?1 AND event_id = ?2)) AS json",
-        )
-        .bind(&[source.into(), id.into()])?
-        .first::<String>(Some("json"))
-        .await?
-        .unwrap_or_else(|| "null".into());
+    json_response(&event(env, source, id).await?)
+}
+
+/// One event as JSON: its inbox's state and its records in D1 (ledger row,
+/// failure, outbox rows). Shared with the dashboard.
+pub async fn event(env: &Env, source: &str, id: &str) -> Result<String> {
+    let records = query_json(
+        env,
+        "SELECT json_object(\
+             'ledger', (SELECT json_object('type', type, 'received_at', received_at, \
+                 'processed_at', processed_at) FROM processed_events \
+                 WHERE source = ?1 AND event_id = ?2), \
+             'failure', (SELECT json_object('failed_at', failed_at, 'last_error', last_error) \
+                 FROM failed_events WHERE source = ?1 AND event_id = ?2), \
+             'outbox', (SELECT json_group_array(json_object('idempotency_key', idempotency_key, \
+                 'action', action, 'status', status, 'attempts', attempts, \
+                 'last_error', last_error, 'note', note, 'updated_at', updated_at)) \
+                 FROM outbox WHERE source = ?1 AND event_id = ?2)) AS json",
+        &[source.into(), id.into()],
+    )
+    .await?;
     let stub = env
         .durable_object(INBOX_BINDING)?
         .get_by_name(&dedupe_key(source, id))?;
@@ -180,13 +220,11 @@ async fn event_detail(env: &Env, source: &str, id: &str) -> Result<Response> {
         200 => inbox.text().await?,
         _ => "null".into(),
     };
-    // `json` is an object; add the inbox's state to it.
-    let body = format!(
-        r#"{{"source":{},"event_id":{},"inbox":{inbox},"records":{json}}}"#,
+    Ok(format!(
+        r#"{{"source":{},"event_id":{},"inbox":{inbox},"records":{records}}}"#,
         serde_json::to_string(source)?,
         serde_json::to_string(id)?
-    );
-    json_response(&body)
+    ))
 }
 
 async fn replay(env: &Env, source: &str, id: &str) -> Result<Response> {
@@ -212,25 +250,38 @@ async fn replay(env: &Env, source: &str, id: &str) -> Result<Response> {
 
 async fn list_outbox(env: &Env, query: &Query) -> Result<Response> {
     let status = query.get("status").unwrap_or("dead");
-    if !matches!(status, "dead" | "pending" | "sending" | "sent") {
-        return Response::error("status must be dead, pending, sending or sent", 400);
+    match outbox_rows(env, status, query.limit()).await? {
+        Some(json) => json_answer("outbox", &json),
+        None => Response::error("status must be dead, pending, sending or sent", 400),
     }
-    json_answer(
+}
+
+/// Outbox rows of one status, most recently updated first, as a JSON array;
+/// `None` for an unknown status. Shared with the dashboard.
+pub async fn outbox_rows(env: &Env, status: &str, limit: f64) -> Result<Option<String>> {
+    if !matches!(status, "dead" | "pending" | "sending" | "sent") {
+        return Ok(None);
+    }
+    let json = query_json(
         env,
-        "outbox",
         "SELECT json_group_array(json_object('idempotency_key', idempotency_key, 'source', source, \
              'event_id', event_id, 'action', action, 'status', status, 'attempts', attempts, \
              'last_error', last_error, 'note', note, 'updated_at', updated_at)) AS json \
          FROM (SELECT * FROM outbox WHERE status = ?1 ORDER BY updated_at DESC LIMIT ?2)",
-        &[status.into(), JsValue::from_f64(query.limit())],
+        &[status.into(), JsValue::from_f64(limit)],
     )
-    .await
+    .await?;
+    Ok(Some(json))
 }
 
 async fn stats(env: &Env) -> Result<Response> {
-    json_answer(
+    json_answer("stats", &stats_json(env).await?)
+}
+
+/// Per-source counters and exact counts, as JSON. Shared with the dashboard.
+pub async fn stats_json(env: &Env) -> Result<String> {
+    query_json(
         env,
-        "stats",
         "SELECT json_object(\
              'counters', (SELECT json_group_array(json_object('source', source, 'counter', counter, \
                  'value', value)) FROM source_counters), \

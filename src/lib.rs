@@ -20,11 +20,13 @@
 //!   Queue; the consumer performs each once, under its own idempotency key,
 //!   and a cron relay re-sends what a lost message left behind.
 //! - [`admin`]: `/admin/api/…` behind a bearer token — events, their
-//!   attempts and side effects, replay, requeue.
+//!   attempts and side effects, replay, requeue; [`dashboard`]: `/admin`,
+//!   the same for a person.
 //! - [`config`]: vars, secrets and bindings, with errors that name the variable.
 
 pub mod admin;
 pub mod config;
+pub mod dashboard;
 pub mod effects;
 pub mod event;
 pub mod failed_events;
@@ -55,6 +57,9 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let path = req.path();
     if let Some(rest) = path.strip_prefix("/admin/api/") {
         return admin::handle(req, &env, rest).await;
+    }
+    if path == "/admin" || path.starts_with("/admin/") {
+        return dashboard::handle(req, &env, &path).await;
     }
     match path.strip_prefix("/webhooks/") {
         Some(source) if req.method() == Method::Post => {

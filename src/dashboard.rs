@@ -1,0 +1,406 @@
+//! The dashboard at `/admin`: one server-rendered page of counters, recent
+//! and failed events and dead side effects, and a page per event with its
+//! deliveries and side effects. No framework, no external assets.
+//!
+//! Signing in takes the admin token; the session cookie holds an HMAC of it
+//! (not the token), `HttpOnly` and `SameSite=Strict`. Without `ADMIN_TOKEN`
+//! the dashboard does not exist (404), like the API.
+
+use serde_json::Value;
+use worker::{js_sys, Env, Headers, Method, Request, Response, Result};
+
+use crate::admin;
+use crate::signature::Tag;
+
+const COOKIE: &str = "admin_session";
+
+pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response> {
+    let Some(token) = admin::admin_token(env) else {
+        return Response::error("not found", 404);
+    };
+    match (req.method(), path) {
+        (Method::Post, "/admin/login") => {
+            let form = req.text().await.unwrap_or_default();
+            let presented = form
+                .split('&')
+                .find_map(|pair| pair.strip_prefix("token="))
+                .map(|value| admin::decode(&value.replace('+', " ")))
+                .unwrap_or_default();
+            if !admin::token_matches(&token, &presented) {
+                return page(
+                    401,
+                    "Sign in",
+                    &login_form(Some("That is not the admin token.")),
+                );
+            }
+            let secure = if req.inner().url().starts_with("https:") {
+                "; Secure"
+            } else {
+                ""
+            };
+            let headers = Headers::new();
+            headers.set("location", "/admin")?;
+            headers.set(
+                "set-cookie",
+                &format!(
+                    "{COOKIE}={}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=43200{secure}",
+                    session_value(&token)
+                ),
+            )?;
+            Ok(Response::empty()?.with_status(303).with_headers(headers))
+        }
+        _ if !session_ok(&req, &token) => page(401, "Sign in", &login_form(None)),
+        (Method::Get, "/admin") => overview(env).await,
+        (Method::Get, p) => match p
+            .strip_prefix("/admin/events/")
+            .and_then(|rest| rest.split_once('/'))
+        {
+            Some((source, id)) => event_page(env, &admin::decode(source), &admin::decode(id)).await,
+            None => page(404, "Not found", "<p>No such page.</p>"),
+        },
+        _ => page(405, "Not allowed", "<p>Method not allowed.</p>"),
+    }
+}
+
+/// What the cookie holds: an HMAC of a fixed label under the token, so the
+/// cookie is not the token and changes when the token does.
+fn session_value(token: &str) -> String {
+    Tag::sha256(token.as_bytes(), &[b"dashboard-session"]).to_hex()
+}
+
+fn session_ok(req: &Request, token: &str) -> bool {
+    let cookies = req
+        .headers()
+        .get("cookie")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    cookies
+        .split(';')
+        .filter_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+        .any(|value| admin::token_matches(&session_value(token), value))
+}
+
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A JSON value as escaped text: strings bare, `null` as a dash.
+fn cell(value: &Value) -> String {
+    match value {
+        Value::Null => "–".into(),
+        Value::String(s) => escape(s),
+        other => escape(&other.to_string()),
+    }
+}
+
+/// Milliseconds since the epoch as an ISO time.
+fn time(value: &Value) -> String {
+    match value.as_f64() {
+        Some(ms) => js_sys::Date::new(&ms.into())
+            .to_iso_string()
+            .as_string()
+            .unwrap_or_default(),
+        None => "–".into(),
+    }
+}
+
+fn page(status: u16, title: &str, body: &str) -> Result<Response> {
+    let html = format!(
+        r#"<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
+<title>{title} · webhooks</title>
+<style>
+body {{ font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; padding: 0 1rem; color: #1d2330; }}
+h1 {{ font-size: 1.4rem; }} h2 {{ font-size: 1.1rem; margin-top: 2rem; }}
+table {{ border-collapse: collapse; width: 100%; }}
+th, td {{ text-align: left; padding: .35rem .6rem; border-bottom: 1px solid #e3e6ec; vertical-align: top; }}
+th {{ background: #f4f6f9; font-weight: 600; }} td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
+code {{ font-size: .92em; }} .bad {{ color: #b3261e; }} .ok {{ color: #1b7f3b; }} .muted {{ color: #687083; }}
+form.login {{ max-width: 22rem; }} input {{ font: inherit; padding: .4rem; width: 100%; box-sizing: border-box; }}
+button {{ font: inherit; padding: .4rem 1rem; margin-top: .5rem; }}
+</style></head><body>
+<h1>{title}</h1>
+{body}
+</body></html>"#
+    );
+    let headers = Headers::new();
+    headers.set("content-type", "text/html; charset=utf-8")?;
+    headers.set("cache-control", "no-store")?;
+    Ok(Response::ok(html)?
+        .with_status(status)
+        .with_headers(headers))
+}
+
+fn login_form(error: Option<&str>) -> String {
+    let error = error.map_or(String::new(), |e| {
+        format!(r#"<p class="bad">{}</p>"#, escape(e))
+    });
+    format!(
+        r#"{error}<form class="login" method="post" action="/admin/login">
+<label for="token">Admin token</label>
+<input id="token" name="token" type="password" autocomplete="current-password" autofocus>
+<button type="submit">Sign in</button></form>"#
+    )
+}
+
+fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    if rows.is_empty() {
+        return r#"<p class="muted">None.</p>"#.into();
+    }
+    let head: String = headers.iter().map(|h| format!("<th>{h}</th>")).collect();
+    let body: String = rows
+        .iter()
+        .map(|row| format!("<tr>{}</tr>", row.join("")))
+        .collect();
+    format!("<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+}
+
+fn td(text: String) -> String {
+    format!("<td>{text}</td>")
+}
+
+fn num(value: u64) -> String {
+    format!(r#"<td class="n">{value}</td>"#)
+}
+
+fn parse(json: &str) -> Value {
+    serde_json::from_str(json).unwrap_or(Value::Null)
+}
+
+fn rows(value: &Value) -> &[Value] {
+    value.as_array().map_or(&[], Vec::as_slice)
+}
+
+fn event_link(event: &Value) -> String {
+    let source = event["source"].as_str().unwrap_or_default();
+    let id = event["event_id"].as_str().unwrap_or_default();
+    let href = format!(
+        "/admin/events/{}/{}",
+        js_sys::encode_uri_component(source),
+        js_sys::encode_uri_component(id)
+    );
+    format!(
+        r#"<a href="{}"><code>{}</code></a>"#,
+        escape(&href),
+        escape(id)
+    )
+}
+
+async fn overview(env: &Env) -> Result<Response> {
+    let stats = parse(&admin::stats_json(env).await?);
+    let processed = parse(
+        &admin::events(env, "processed", None, None, 25.0)
+            .await?
+            .unwrap_or_default(),
+    );
+    let failed = parse(
+        &admin::events(env, "failed", None, None, 25.0)
+            .await?
+            .unwrap_or_default(),
+    );
+    let dead = parse(
+        &admin::outbox_rows(env, "dead", 25.0)
+            .await?
+            .unwrap_or_default(),
+    );
+
+    // One row per source that appears anywhere.
+    let mut sources: Vec<String> = ["counters", "processed", "failed", "outbox"]
+        .iter()
+        .flat_map(|part| rows(&stats[*part]))
+        .filter_map(|row| row["source"].as_str().map(str::to_string))
+        .collect();
+    sources.sort();
+    sources.dedup();
+    let counter = |source: &str, pred: &dyn Fn(&str) -> bool| -> u64 {
+        rows(&stats["counters"])
+            .iter()
+            .filter(|c| c["source"] == source && pred(c["counter"].as_str().unwrap_or_default()))
+            .filter_map(|c| c["value"].as_u64())
+            .sum()
+    };
+    let exact = |part: &str, source: &str, status: Option<&str>, field: &str| -> u64 {
+        rows(&stats[part])
+            .iter()
+            .filter(|r| r["source"] == source && status.is_none_or(|s| r["status"] == s))
+            .filter_map(|r| r[field].as_u64())
+            .sum()
+    };
+    let counters: Vec<Vec<String>> = sources
+        .iter()
+        .map(|s| {
+            vec![
+                td(format!("<code>{}</code>", escape(s))),
+                num(counter(s, &|c| c == "received")),
+                num(counter(s, &|c| c == "processed")),
+                num(counter(s, &|c| c == "duplicate")),
+                num(counter(s, &|c| c.starts_with("rejected:"))),
+                num(exact("processed", s, None, "events")),
+                num(exact("failed", s, None, "events")),
+                num(exact("outbox", s, Some("sent"), "rows")),
+                num(exact("outbox", s, Some("dead"), "rows")),
+            ]
+        })
+        .collect();
+    let recent: Vec<Vec<String>> = rows(&processed)
+        .iter()
+        .map(|e| {
+            vec![
+                td(time(&e["processed_at"])),
+                td(format!("<code>{}</code>", cell(&e["source"]))),
+                td(event_link(e)),
+                td(cell(&e["type"])),
+                td(r#"<span class="ok">processed</span>"#.into()),
+            ]
+        })
+        .collect();
+    let failures: Vec<Vec<String>> = rows(&failed)
+        .iter()
+        .map(|e| {
+            vec![
+                td(time(&e["failed_at"])),
+                td(format!("<code>{}</code>", cell(&e["source"]))),
+                td(event_link(e)),
+                td(cell(&e["type"])),
+                td(format!(
+                    r#"<span class="bad">{}</span>"#,
+                    cell(&e["last_error"])
+                )),
+            ]
+        })
+        .collect();
+    let dead_rows: Vec<Vec<String>> = rows(&dead)
+        .iter()
+        .map(|r| {
+            vec![
+                td(time(&r["updated_at"])),
+                td(event_link(r)),
+                td(cell(&r["action"])),
+                num(r["attempts"].as_u64().unwrap_or(0)),
+                td(format!(
+                    r#"<span class="bad">{}</span>"#,
+                    cell(&r["last_error"])
+                )),
+            ]
+        })
+        .collect();
+    let body = format!(
+        r#"<p class="muted">Counters: deliveries counted by the worker, flushed every few seconds. Events, failures and side effects: counted in D1.</p>
+<h2>Sources</h2>{}
+<h2>Recent events</h2>{}
+<h2>Failed events</h2>{}
+<h2>Dead side effects</h2>{}"#,
+        table(
+            &[
+                "source",
+                "received",
+                "processed",
+                "duplicates",
+                "rejected",
+                "events in ledger",
+                "failed",
+                "side effects sent",
+                "dead"
+            ],
+            &counters
+        ),
+        table(
+            &["processed at", "source", "event", "type", "status"],
+            &recent
+        ),
+        table(
+            &["failed at", "source", "event", "type", "last error"],
+            &failures
+        ),
+        table(
+            &["updated", "event", "action", "attempts", "last error"],
+            &dead_rows
+        ),
+    );
+    page(200, "Webhooks", &body)
+}
+
+async fn event_page(env: &Env, source: &str, id: &str) -> Result<Response> {
+    let event = parse(&admin::event(env, source, id).await?);
+    let inbox = &event["inbox"];
+    let records = &event["records"];
+    let inbox_html = if inbox.is_null() {
+        r#"<p class="muted">The inbox holds nothing for this event (never received, or past retention).</p>"#.into()
+    } else {
+        table(
+            &[
+                "state",
+                "deliveries",
+                "effect attempts",
+                "received",
+                "done",
+                "last error",
+            ],
+            &[vec![
+                td(cell(&inbox["state"])),
+                num(inbox["deliveries"].as_u64().unwrap_or(0)),
+                num(inbox["effect_attempts"].as_u64().unwrap_or(0)),
+                td(time(&inbox["received_at"])),
+                td(time(&inbox["done_at"])),
+                td(cell(&inbox["last_error"])),
+            ]],
+        )
+    };
+    let ledger = &records["ledger"];
+    let ledger_html = if ledger.is_null() {
+        r#"<p class="muted">No ledger row: the effect has not committed.</p>"#.into()
+    } else {
+        table(
+            &["type", "received", "processed"],
+            &[vec![
+                td(cell(&ledger["type"])),
+                td(time(&ledger["received_at"])),
+                td(time(&ledger["processed_at"])),
+            ]],
+        )
+    };
+    let outbox: Vec<Vec<String>> = rows(&records["outbox"])
+        .iter()
+        .map(|r| {
+            vec![
+                td(cell(&r["action"])),
+                td(cell(&r["status"])),
+                num(r["attempts"].as_u64().unwrap_or(0)),
+                td(format!("<code>{}</code>", cell(&r["idempotency_key"]))),
+                td(cell(&r["note"])),
+                td(cell(&r["last_error"])),
+            ]
+        })
+        .collect();
+    let body = format!(
+        r#"<p><a href="/admin">← all events</a> · <code>{}</code></p>
+<h2>Deliveries</h2>{inbox_html}
+<h2>Effect</h2>{ledger_html}
+<h2>Side effects</h2>{}"#,
+        escape(&format!("{source}:{id}")),
+        table(
+            &[
+                "action",
+                "status",
+                "attempts",
+                "idempotency key",
+                "note",
+                "last error"
+            ],
+            &outbox
+        ),
+    );
+    page(200, &format!("Event {}", escape(id)), &body)
+}
