@@ -358,6 +358,18 @@ async fn event_page(env: &Env, source: &str, id: &str) -> Result<Response> {
             ]],
         )
     };
+    let attempts: Vec<Vec<String>> = rows(&inbox["attempts"])
+        .iter()
+        .map(|a| {
+            vec![
+                td(time(&a["at"])),
+                td(cell(&a["copy"])),
+                num(a["bytes"].as_u64().unwrap_or(0)),
+                td(format!("<code>{}</code>", cell(&a["sha256"]))),
+            ]
+        })
+        .collect();
+    let attempts_html = table(&["arrived", "copy", "bytes", "payload SHA-256"], &attempts);
     let ledger = &records["ledger"];
     let ledger_html = if ledger.is_null() {
         r#"<p class="muted">No ledger row: the effect has not committed.</p>"#.into()
@@ -387,6 +399,7 @@ async fn event_page(env: &Env, source: &str, id: &str) -> Result<Response> {
     let body = format!(
         r#"<p><a href="/admin">← all events</a> · <code>{}</code></p>
 <h2>Deliveries</h2>{inbox_html}
+<p class="muted">Every copy below passed signature verification: nothing else reaches the inbox.</p>{attempts_html}
 <h2>Effect</h2>{ledger_html}
 <h2>Side effects</h2>{}"#,
         escape(&format!("{source}:{id}")),

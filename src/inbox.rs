@@ -148,9 +148,15 @@ const EVENT_TABLE: &str = "CREATE TABLE IF NOT EXISTS event (
         fault TEXT
     )";
 
-/// Every later copy, by arrival time. Created with the first duplicate, so
-/// an event delivered once (the common case) costs one table, not two.
-const DUPLICATES_TABLE: &str = "CREATE TABLE IF NOT EXISTS duplicates (at INTEGER NOT NULL)";
+/// Every later copy: when it arrived, and its payload by size and SHA-256
+/// only (a copy that differs from the first stands out). Created with the
+/// first duplicate, so an event delivered once (the common case) costs one
+/// table, not two. The first copy is the event row itself.
+const COPIES_TABLE: &str = "CREATE TABLE IF NOT EXISTS copies (
+        at INTEGER NOT NULL,
+        bytes INTEGER NOT NULL,
+        sha256 TEXT NOT NULL
+    )";
 
 /// The stored event, as the retry path needs it (see [`json_rows`]).
 const LOAD_EVENT: &str = "SELECT json_object(
@@ -173,21 +179,61 @@ struct EventRow {
     fault: Option<String>,
 }
 
-/// An inbox's answer to `GET /state`.
+/// What `GET /state` reads (see [`json_rows`]).
 const STATUS: &str = "SELECT json_object(
         'state', state, 'effect_attempts', effect_attempts, 'last_error', last_error,
-        'received_at', received_at, 'done_at', done_at,
-        'deliveries', 1 + (SELECT count(*) FROM duplicates))
+        'received_at', received_at, 'done_at', done_at, 'body', body,
+        'copies', (SELECT json_group_array(json_object('at', at, 'bytes', bytes, 'sha256', sha256))
+                   FROM copies))
     FROM event";
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
+struct StatusRow {
+    state: String,
+    effect_attempts: i64,
+    last_error: Option<String>,
+    received_at: i64,
+    done_at: Option<i64>,
+    body: String,
+    /// JSON text: `json_group_array` nested in `json_object` comes as a string.
+    copies: serde_json::Value,
+}
+
+/// An inbox's answer to `GET /state`: the event's progress and every
+/// delivery of it. Every one passed signature verification: nothing else
+/// reaches an inbox.
+#[derive(Serialize)]
 struct Status {
     state: String,
     effect_attempts: i64,
     last_error: Option<String>,
     received_at: i64,
     done_at: Option<i64>,
-    deliveries: i64,
+    deliveries: usize,
+    attempts: Vec<Attempt>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Attempt {
+    at: i64,
+    /// `first` (the copy that created the event) or `duplicate`.
+    #[serde(default = "duplicate")]
+    copy: String,
+    bytes: i64,
+    sha256: String,
+}
+
+fn duplicate() -> String {
+    "duplicate".into()
+}
+
+/// Size and SHA-256 (hex) of a payload: what the delivery log keeps of it.
+fn fingerprint(body: &str) -> (i64, String) {
+    use sha2::{Digest, Sha256};
+    (
+        body.len() as i64,
+        hex::encode(Sha256::digest(body.as_bytes())),
+    )
 }
 
 impl EventRow {
@@ -211,7 +257,7 @@ pub struct EventInbox {
     /// Whether this instance has created each table. Only a cache: after
     /// the retention deadline deletes them, the tables are created anew.
     event_table_ready: Cell<bool>,
-    duplicates_table_ready: Cell<bool>,
+    copies_table_ready: Cell<bool>,
     /// Whether this instance is inside an effect attempt right now. An
     /// attempt can only be in flight in the live instance, so memory is the
     /// right place; it keeps the alarm from racing a delivery's own attempt
@@ -227,7 +273,7 @@ impl DurableObject for EventInbox {
             env,
             sql,
             event_table_ready: Cell::new(false),
-            duplicates_table_ready: Cell::new(false),
+            copies_table_ready: Cell::new(false),
             effect_running: Cell::new(false),
         }
     }
@@ -280,7 +326,7 @@ impl DurableObject for EventInbox {
             storage.delete_alarm().await?;
             storage.delete_all().await?;
             self.event_table_ready.set(false);
-            self.duplicates_table_ready.set(false);
+            self.copies_table_ready.set(false);
             return Response::ok("expired");
         }
         self.set_alarm_at(expires_at).await?;
@@ -308,7 +354,7 @@ impl EventInbox {
         // before the reply leaves (the output gate holds it).
         self.ensure_table(&self.event_table_ready, EVENT_TABLE)?;
         if !self.claim(&event, fault)? {
-            self.record_duplicate()?;
+            self.record_copy(&event.body)?;
             return Ok(Outcome::Duplicate);
         }
 
@@ -379,10 +425,13 @@ impl EventInbox {
         Ok(inserted.is_some())
     }
 
-    fn record_duplicate(&self) -> Result<()> {
-        self.ensure_table(&self.duplicates_table_ready, DUPLICATES_TABLE)?;
-        self.sql
-            .exec("INSERT INTO duplicates (at) VALUES (?)", vec![now().into()])?;
+    fn record_copy(&self, body: &str) -> Result<()> {
+        self.ensure_table(&self.copies_table_ready, COPIES_TABLE)?;
+        let (bytes, sha256) = fingerprint(body);
+        self.sql.exec(
+            "INSERT INTO copies (at, bytes, sha256) VALUES (?, ?, ?)",
+            vec![now().into(), bytes.into(), sha256.into()],
+        )?;
         Ok(())
     }
 
@@ -401,9 +450,32 @@ impl EventInbox {
         if !has_table {
             return Ok(None);
         }
-        // Reading the count needs the table; an empty one changes nothing.
-        self.ensure_table(&self.duplicates_table_ready, DUPLICATES_TABLE)?;
-        Ok(json_rows(self.sql.exec(STATUS, None)?)?.pop())
+        // Reading the copies needs the table; an empty one changes nothing.
+        self.ensure_table(&self.copies_table_ready, COPIES_TABLE)?;
+        let Some(row) = json_rows::<StatusRow>(self.sql.exec(STATUS, None)?)?.pop() else {
+            return Ok(None);
+        };
+        let (bytes, sha256) = fingerprint(&row.body);
+        let first = Attempt {
+            at: row.received_at,
+            copy: "first".into(),
+            bytes,
+            sha256,
+        };
+        let copies: Vec<Attempt> = match row.copies {
+            serde_json::Value::String(json) => serde_json::from_str(&json)?,
+            other => serde_json::from_value(other)?,
+        };
+        let attempts: Vec<Attempt> = std::iter::once(first).chain(copies).collect();
+        Ok(Some(Status {
+            state: row.state,
+            effect_attempts: row.effect_attempts,
+            last_error: row.last_error,
+            received_at: row.received_at,
+            done_at: row.done_at,
+            deliveries: attempts.len(),
+            attempts,
+        }))
     }
 
     fn load(&self) -> Result<Option<EventRow>> {

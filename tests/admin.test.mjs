@@ -1,6 +1,7 @@
 // End to end: the admin API's token, its views of an event, replay and requeue.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 
 import { eventually, startWorker } from "./support/worker.mjs";
 import { checkoutCompleted, stripeHeaders, uniqueId } from "./support/sign.mjs";
@@ -71,6 +72,13 @@ describe("admin views and actions", () => {
     assert.equal(detail.records.outbox.length, 1);
     assert.equal(detail.inbox.state, "done");
     assert.equal(detail.inbox.deliveries, 2);
+    // The delivery log: each copy by time, size and payload hash.
+    const sha256 = createHash("sha256").update(body).digest("hex");
+    assert.deepEqual(
+      detail.inbox.attempts.map((a) => [a.copy, a.bytes, a.sha256]),
+      [["first", Buffer.byteLength(body), sha256], ["duplicate", Buffer.byteLength(body), sha256]],
+    );
+    assert.ok(detail.inbox.attempts[0].at <= detail.inbox.attempts[1].at);
 
     const listed = await adminJson("events?source=stripe&type=checkout.session.completed&limit=500");
     assert.ok(listed.events.some((e) => e.event_id === id));

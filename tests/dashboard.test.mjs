@@ -90,6 +90,10 @@ test("sign in, read the counters and events, open an event", async () => {
   const inbox = await page.locator("table").first().locator("tbody td").allTextContents();
   assert.deepEqual(inbox.slice(0, 3), ["done", "2", "1"]);
   assert.match(detail, /checkout\.session\.completed/);
+  const copies = await page.locator("table").nth(1).locator("tbody tr").allTextContents();
+  assert.equal(copies.length, 2, "both copies are in the delivery log");
+  assert.match(copies[0], /first/);
+  assert.match(copies[1], /duplicate/);
   assert.match(detail, /send_receipt.*dead/s);
   await page.screenshot({ path: "tests/artifacts/dashboard-event.png", fullPage: true });
   await page.close();
