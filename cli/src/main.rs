@@ -262,10 +262,10 @@ fn storm(args: &Args, endpoint: &str, event: &Delivery) -> ExitCode {
     }
     println!(
         "{}",
-        if pass {
-            "PASS: exactly one of each"
-        } else {
-            "FAIL"
+        match (pass, &args.admin_token) {
+            (false, _) => "FAIL",
+            (true, Some(_)) => "PASS: exactly one of each",
+            (true, None) => "PASS: one reply processed, the others duplicates (no ledger check)",
         }
     );
     if pass {
