@@ -9,7 +9,7 @@
 use serde::Deserialize;
 
 use super::{
-    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
+    hex_tag, required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
     VerifyContext,
 };
 
@@ -23,11 +23,7 @@ impl Provider for GitHub {
     fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<(), Rejection> {
         let header =
             required_header(req, "x-hub-signature-256").ok_or(Rejection::MissingSignature)?;
-        let candidate = header
-            .strip_prefix("sha256=")
-            .and_then(|h| hex::decode(h).ok())
-            .filter(|tag| tag.len() == 32)
-            .ok_or(Rejection::MalformedSignature)?;
+        let candidate = hex_tag(header, "sha256=")?;
         verdict(
             ctx.secrets.any_signed(&[&req.body], &[candidate]),
             None,

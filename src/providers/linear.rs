@@ -6,7 +6,7 @@
 use serde::Deserialize;
 
 use super::{
-    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
+    hex_tag, required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
     VerifyContext,
 };
 
@@ -32,10 +32,7 @@ impl Provider for Linear {
 
     fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<(), Rejection> {
         let header = required_header(req, "linear-signature").ok_or(Rejection::MissingSignature)?;
-        let candidate = hex::decode(header)
-            .ok()
-            .filter(|tag| tag.len() == 32)
-            .ok_or(Rejection::MalformedSignature)?;
+        let candidate = hex_tag(header, "")?;
         verdict(
             ctx.secrets.any_signed(&[&req.body], &[candidate]),
             None,

@@ -188,6 +188,16 @@ pub fn build(config: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
     })
 }
 
+/// A hex HMAC-SHA256 tag, after `prefix` (`sha256=`, `v0=`, or none):
+/// anything else — a wrong prefix, bad hex, a wrong length — is malformed.
+fn hex_tag(header: &str, prefix: &str) -> Result<Vec<u8>, Rejection> {
+    header
+        .strip_prefix(prefix)
+        .and_then(|h| hex::decode(h).ok())
+        .filter(|tag| tag.len() == 32)
+        .ok_or(Rejection::MalformedSignature)
+}
+
 /// The verdict on a signed request: the signature first — nothing about a
 /// forged request is trusted, its timestamp included — then the window, for
 /// schemes that sign a time.

@@ -7,7 +7,7 @@
 use serde::Deserialize;
 
 use super::{
-    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
+    hex_tag, required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
     VerifyContext,
 };
 
@@ -26,11 +26,7 @@ impl Provider for Slack {
         let timestamp: u64 = timestamp_text
             .parse()
             .map_err(|_| Rejection::MalformedSignature)?;
-        let candidate = header
-            .strip_prefix("v0=")
-            .and_then(|h| hex::decode(h).ok())
-            .filter(|tag| tag.len() == 32)
-            .ok_or(Rejection::MalformedSignature)?;
+        let candidate = hex_tag(header, "v0=")?;
         let signed: [&[u8]; 4] = [b"v0:", timestamp_text.as_bytes(), b":", &req.body];
         verdict(
             ctx.secrets.any_signed(&signed, &[candidate]),
