@@ -6,6 +6,8 @@
 //!   rows, and the inbox's state with its delivery count
 //! - `POST /admin/api/events/{source}/{id}/replay`: the effect path again; a
 //!   no-op (`"outcome":"duplicate"`) when the ledger says it is done
+//! - `POST /admin/api/events/{source}/{id}/dismiss`: a failed event will not
+//!   be applied; it leaves the failed list and is forgotten at retention
 //! - `GET  /admin/api/outbox?status=dead|pending|sending|sent&limit=`
 //! - `POST /admin/api/outbox/{key}/requeue`: a dead row made due and sent
 //! - `GET  /admin/api/stats`: per source, the delivery counters (`stats`)
@@ -17,8 +19,11 @@
 use worker::wasm_bindgen::JsValue;
 use worker::{js_sys, Date, Env, Headers, Method, Request, Response, Result};
 
+use serde::Serialize;
+
 use crate::config::{self, DB_BINDING, INBOX_BINDING};
 use crate::event::dedupe_key;
+use crate::inbox::{Answer, Outcome};
 use crate::signature::Tag;
 use crate::{http, outbox};
 
@@ -42,6 +47,7 @@ pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
         (Method::Get, ["events"]) => list_events(env, &query).await,
         (Method::Get, ["events", source, id]) => event_detail(env, source, id).await,
         (Method::Post, ["events", source, id, "replay"]) => replay(env, source, id).await,
+        (Method::Post, ["events", source, id, "dismiss"]) => dismiss(env, source, id).await,
         (Method::Get, ["outbox"]) => list_outbox(env, &query).await,
         (Method::Post, ["outbox", key, "requeue"]) => requeue(env, key).await,
         (Method::Get, ["stats"]) => stats(env).await,
@@ -182,7 +188,7 @@ pub async fn events(
                  'status', 'failed', 'received_at', received_at, 'failed_at', failed_at, \
                  'last_error', last_error)) AS json \
              FROM (SELECT * FROM failed_events \
-                   WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR type = ?2) \
+                   WHERE dismissed_at IS NULL AND (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR type = ?2) \
                    ORDER BY failed_at DESC LIMIT ?3)"
         }
         _ => return Ok(None),
@@ -203,8 +209,8 @@ pub async fn event(env: &Env, source: &str, id: &str) -> Result<String> {
              'ledger', (SELECT json_object('type', type, 'received_at', received_at, \
                  'processed_at', processed_at) FROM processed_events \
                  WHERE source = ?1 AND event_id = ?2), \
-             'failure', (SELECT json_object('failed_at', failed_at, 'last_error', last_error) \
-                 FROM failed_events WHERE source = ?1 AND event_id = ?2), \
+             'failure', (SELECT json_object('failed_at', failed_at, 'last_error', last_error, \
+                 'dismissed_at', dismissed_at) FROM failed_events WHERE source = ?1 AND event_id = ?2), \
              'outbox', (SELECT json_group_array(json_object('idempotency_key', idempotency_key, \
                  'action', action, 'status', status, 'attempts', attempts, \
                  'last_error', last_error, 'note', note, 'updated_at', updated_at)) \
@@ -228,24 +234,42 @@ pub async fn event(env: &Env, source: &str, id: &str) -> Result<String> {
 }
 
 async fn replay(env: &Env, source: &str, id: &str) -> Result<Response> {
-    let stub = env
-        .durable_object(INBOX_BINDING)?
-        .get_by_name(&dedupe_key(source, id))?;
-    let mut answer = stub
-        .fetch_with_request(http::post("https://inbox/replay", "", &[])?)
-        .await?;
+    let mut answer = inbox_post(env, source, id, "replay").await?;
     if answer.status_code() == 404 {
         return Response::error(
             "the inbox holds no such event (never received, or past retention)",
             404,
         );
     }
-    let outcome = answer.text().await?;
-    let noop = outcome == "duplicate";
-    json_response(&format!(
-        r#"{{"outcome":{},"noop":{noop}}}"#,
-        serde_json::to_string(&outcome)?
-    ))
+    let answer: Answer = answer.json().await?;
+    #[derive(Serialize)]
+    struct Replayed {
+        #[serde(flatten)]
+        answer: Answer,
+        noop: bool,
+    }
+    let noop = answer.outcome == Outcome::Duplicate;
+    json_response(&serde_json::to_string(&Replayed { answer, noop })?)
+}
+
+/// An operator's decision not to apply a failed event.
+async fn dismiss(env: &Env, source: &str, id: &str) -> Result<Response> {
+    let mut answer = inbox_post(env, source, id, "dismiss").await?;
+    match answer.status_code() {
+        200 => json_response(&answer.text().await?),
+        404 => Response::error("the inbox holds no such event", 404),
+        409 => Response::error("only a failed event can be dismissed", 409),
+        status => Response::error("the dismissal was not recorded; try again", status.max(500)),
+    }
+}
+
+/// POSTs to one of an event's inbox's operator paths.
+async fn inbox_post(env: &Env, source: &str, id: &str, path: &str) -> Result<Response> {
+    let stub = env
+        .durable_object(INBOX_BINDING)?
+        .get_by_name(&dedupe_key(source, id))?;
+    stub.fetch_with_request(http::post(&format!("https://inbox/{path}"), "", &[])?)
+        .await
 }
 
 async fn list_outbox(env: &Env, query: &Query) -> Result<Response> {
@@ -288,7 +312,8 @@ pub async fn stats_json(env: &Env) -> Result<String> {
              'processed', (SELECT json_group_array(json_object('source', source, 'events', n)) \
                  FROM (SELECT source, count(*) AS n FROM processed_events GROUP BY source)), \
              'failed', (SELECT json_group_array(json_object('source', source, 'events', n)) \
-                 FROM (SELECT source, count(*) AS n FROM failed_events GROUP BY source)), \
+                 FROM (SELECT source, count(*) AS n FROM failed_events WHERE dismissed_at IS NULL \
+                 GROUP BY source)), \
              'outbox', (SELECT json_group_array(json_object('source', source, 'status', status, \
                  'rows', n)) FROM (SELECT source, status, count(*) AS n FROM outbox \
                  GROUP BY source, status))) AS json",

@@ -19,7 +19,8 @@ pub const OUTBOX_BINDING: &str = "OUTBOX";
 pub const OUTBOX_DLQ_BINDING: &str = "OUTBOX_DLQ";
 
 /// A variable is missing or unreadable. The message names it; it never
-/// contains a secret's value.
+/// contains any variable's value (a secret pasted into the wrong variable
+/// must not end up in a log line).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError(pub String);
 
@@ -69,9 +70,7 @@ impl InboxSettings {
         let retention_ms = match retention.as_deref() {
             None => 30 * DAY_MS,
             Some(value) => duration_ms(value).ok_or_else(|| {
-                ConfigError(format!(
-                    "RETENTION must be a duration like 30d, 12h or 90s, got '{value}'"
-                ))
+                ConfigError("RETENTION must be a duration like 30d, 12h or 90s".into())
             })?,
         };
         Ok(InboxSettings {
@@ -136,11 +135,15 @@ pub fn optional(env: &Env, name: &str) -> Option<String> {
     text(env, name).filter(|v| !v.trim().is_empty())
 }
 
-/// A provider's secret(s), from a secret binding or (in local `.dev.vars`) a var.
+/// A provider's secret(s), from a secret binding or (in local `.dev.vars`) a
+/// var. A value that would make a weak key is an error naming the variable.
 pub fn secrets(env: &Env, name: &str) -> Result<Secrets, ConfigError> {
-    text(env, name)
-        .and_then(|value| Secrets::parse(&value))
-        .ok_or_else(|| ConfigError(format!("{name} is not set: add it with `wrangler secret put {name}` (or to .dev.vars locally)")))
+    let value = text(env, name).ok_or_else(|| {
+        ConfigError(format!(
+            "{name} is not set: add it with `wrangler secret put {name}` (or to .dev.vars locally)"
+        ))
+    })?;
+    Secrets::parse(&value).map_err(|why| ConfigError(format!("{name}: {why}")))
 }
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -178,7 +181,7 @@ fn number<T: FromStr>(env: &Env, name: &str, default: T) -> Result<T, ConfigErro
         Some(value) => value
             .trim()
             .parse()
-            .map_err(|_| ConfigError(format!("{name} must be a whole number, got '{value}'"))),
+            .map_err(|_| ConfigError(format!("{name} must be a whole number"))),
     }
 }
 

@@ -10,9 +10,13 @@ use serde_json::Value;
 use worker::{js_sys, Env, Headers, Method, Request, Response, Result};
 
 use crate::admin;
+use crate::http::{self, BodyError};
 use crate::signature::Tag;
 
 const COOKIE: &str = "admin_session";
+
+/// Largest sign-in form read: a token is at most a few hundred bytes.
+const LOGIN_FORM_MAX_BYTES: usize = 8 * 1024;
 
 pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response> {
     let Some(token) = admin::admin_token(env) else {
@@ -20,7 +24,15 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
     };
     match (req.method(), path) {
         (Method::Post, "/admin/login") => {
-            let form = req.text().await.unwrap_or_default();
+            // Read under a small cap, as a stream: a token form is tiny, and
+            // an endless chunked body must not fill the isolate's memory.
+            let form = match http::read_capped(&mut req, LOGIN_FORM_MAX_BYTES).await {
+                Ok(form) => String::from_utf8(form).unwrap_or_default(),
+                Err(BodyError::TooLarge) => {
+                    return page(413, "Too large", "<p>Request too large.</p>")
+                }
+                Err(BodyError::Unreadable(_)) => String::new(),
+            };
             let presented = form
                 .split('&')
                 .find_map(|pair| pair.strip_prefix("token="))

@@ -17,6 +17,12 @@ pub struct VerifiedEvent {
     pub kind: String,
     /// The raw body, exactly as signed.
     pub body: String,
+    /// SHA-256 of `body`, hex: how the delivery log tells copies apart.
+    pub body_sha256: String,
+    /// Whether the ledger fences on `body_sha256` too: when the signature
+    /// does not cover the id, one signed body makes one effect per source,
+    /// whatever id it arrives under (see `effects`).
+    pub fence_body: bool,
     /// When the first copy arrived, in milliseconds since the Unix epoch.
     pub received_at: i64,
 }
@@ -32,4 +38,11 @@ impl VerifiedEvent {
 
 pub fn dedupe_key(source: &str, id: &str) -> String {
     format!("{source}:{id}")
+}
+
+/// SHA-256 of a payload, hex: how the ledger and the delivery log know a
+/// payload without keeping it.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes))
 }

@@ -1,16 +1,20 @@
 //! The operators' list of events whose effect never committed (D1
 //! `failed_events`). Written only on the rare path — when an inbox spends its
-//! retry budget, and when a replay later succeeds — so the delivery path
-//! never touches it. Best effort: the inbox's own state is the truth; a lost
-//! write here is logged.
+//! retry budget, when a later attempt succeeds, when an operator dismisses
+//! one — so the delivery path never touches it.
+//!
+//! Every write returns its error: the inbox keeps whether its failure was
+//! reported and retries the report from its alarm until it is written, so an
+//! event cannot fail unseen while D1 is down.
 
 use worker::wasm_bindgen::JsValue;
-use worker::{console_error, Date, Env};
+use worker::{Date, Env, Result};
 
 use crate::config::DB_BINDING;
 use crate::event::VerifiedEvent;
 
-pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) {
+/// Lists the event as failed (again: a new failure clears a dismissal).
+pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<()> {
     let now = Date::now().as_millis() as f64;
     let params = [
         JsValue::from_str(&event.source),
@@ -26,29 +30,41 @@ pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) {
          (source, event_id, type, received_at, failed_at, last_error) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         &params,
     )
-    .await;
+    .await
 }
 
-pub async fn resolve(env: &Env, source: &str, event_id: &str) {
+/// The effect committed after all: the event is no longer a failure.
+pub async fn resolve(env: &Env, source: &str, event_id: &str) -> Result<()> {
     let params = [JsValue::from_str(source), JsValue::from_str(event_id)];
     run(
         env,
         "DELETE FROM failed_events WHERE source = ?1 AND event_id = ?2",
         &params,
     )
-    .await;
+    .await
 }
 
-async fn run(env: &Env, sql: &str, params: &[JsValue]) {
-    let result = match env.d1(DB_BINDING) {
-        Ok(db) => match db.prepare(sql).bind(params) {
-            Ok(statement) => statement.run().await.map(|_| ()),
-            Err(e) => Err(e),
-        },
-        Err(e) => Err(e),
-    };
-    if let Err(e) = result {
-        let error = serde_json::to_string(&e.to_string()).unwrap_or_default();
-        console_error!(r#"{{"msg":"failed_events_write_failed","error":{error}}}"#);
-    }
+/// An operator decided not to apply the event: the row stays, as the record
+/// of that decision, and leaves the list of failures to act on.
+pub async fn dismiss(env: &Env, source: &str, event_id: &str) -> Result<()> {
+    let params = [
+        JsValue::from_str(source),
+        JsValue::from_str(event_id),
+        JsValue::from_f64(Date::now().as_millis() as f64),
+    ];
+    run(
+        env,
+        "UPDATE failed_events SET dismissed_at = ?3 WHERE source = ?1 AND event_id = ?2",
+        &params,
+    )
+    .await
+}
+
+async fn run(env: &Env, sql: &str, params: &[JsValue]) -> Result<()> {
+    env.d1(DB_BINDING)?
+        .prepare(sql)
+        .bind(params)?
+        .run()
+        .await
+        .map(drop)
 }

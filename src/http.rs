@@ -1,4 +1,5 @@
-//! Outgoing requests: to an inbox, and to side-effect targets.
+//! HTTP plumbing: incoming bodies read under a cap, and outgoing requests
+//! (to an inbox, and to side-effect targets).
 
 use worker::wasm_bindgen::JsValue;
 use worker::{web_sys, Request, Result};
@@ -18,4 +19,45 @@ pub fn post(url: &str, body: &str, headers: &[(&str, &str)]) -> Result<Request> 
         init.set_headers(&map);
     }
     Ok(web_sys::Request::new_with_str_and_init(url, &init)?.into())
+}
+
+/// Why a request body was not read.
+#[derive(Debug)]
+pub enum BodyError {
+    /// Over the cap: declared so, or found so while reading.
+    TooLarge,
+    /// The stream broke (the sender went away).
+    Unreadable(String),
+}
+
+/// Reads a request's body as a stream, refusing it as soon as it passes
+/// `cap` bytes. A declared `Content-Length` over the cap is refused before a
+/// byte is read; without one (a chunked request, HTTP/2) the running total
+/// decides. Memory never holds more than the cap plus one chunk, whatever
+/// the sender claims or sends.
+pub async fn read_capped(req: &mut Request, cap: usize) -> std::result::Result<Vec<u8>, BodyError> {
+    use futures_util::StreamExt;
+
+    let declared = req.headers().get("content-length").ok().flatten();
+    if declared
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .is_some_and(|n| n > cap as u64)
+    {
+        return Err(BodyError::TooLarge);
+    }
+    if req.inner().body().is_none() {
+        return Ok(Vec::new());
+    }
+    let mut stream = req
+        .stream()
+        .map_err(|e| BodyError::Unreadable(e.to_string()))?;
+    let mut body = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| BodyError::Unreadable(e.to_string()))?;
+        if body.len() + chunk.len() > cap {
+            return Err(BodyError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }

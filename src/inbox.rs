@@ -11,36 +11,51 @@
 //! committed, the retry finds the ledger row and counts that as success.
 //!
 //! State machine of the one `event` row:
-//! `received` → `done` (effect committed) or → `failed` (retry budget spent).
-//! An alarm is always set while the row exists: the retry of an unfinished
-//! effect, then the retention deadline, when the object deletes its storage.
+//! `received` → `done` (the effect committed, or the ledger shows it did, or
+//! the same signed body was applied under another id) or → `failed` (retry
+//! budget spent). A `failed` event is kept until it is resolved: a new copy
+//! reopens it for one more attempt, an operator's replay does the same, and
+//! an operator's dismissal makes it `dismissed`. Only `done` and `dismissed`
+//! events are forgotten at their retention deadline.
+//!
+//! An alarm is set while the row exists, on every path: armed at the claim
+//! before the first attempt; re-armed by the alarm itself, first thing, as a
+//! fallback before anything in it can fail; then set to the next retry, the
+//! next try at reporting a failure to `failed_events`, or the retention
+//! deadline.
 
 use std::cell::Cell;
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen;
 use worker::{
-    console_error, durable_object, Date, DurableObject, Env, Method, Request, Response, Result,
-    SqlCursor, SqlStorage, SqlStorageValue, State, Stub,
+    console_error, console_log, durable_object, Date, DurableObject, Env, Method, Request,
+    Response, Result, SqlStorage, SqlStorageValue, State, Stub,
 };
 
 use crate::config::{InboxSettings, DB_BINDING};
 use crate::effects::{self, Applied};
-use crate::event::VerifiedEvent;
+use crate::event::{dedupe_key, VerifiedEvent};
 use crate::{failed_events, http, outbox};
 
 /// What a delivery did, as the sender is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Outcome {
     /// This copy was new and its effect committed.
     Processed,
     /// A copy of an event already held (in flight or done), or whose effect
-    /// the ledger shows committed long ago. Nothing was done again.
+    /// the ledger shows committed long ago, or a signed body already applied
+    /// under another id. Nothing was done again.
     Duplicate,
     /// New and durably recorded, but the effect did not commit yet: the
     /// inbox's alarm retries it.
     Accepted,
+    /// A copy of a failed event reopened it, and its one more attempt failed
+    /// too. The event is held, and listed for operators.
+    Failed,
+    /// An operator dismissed the failed event: it will not be applied.
+    Dismissed,
 }
 
 impl Outcome {
@@ -49,13 +64,28 @@ impl Outcome {
             Outcome::Processed => "processed",
             Outcome::Duplicate => "duplicate",
             Outcome::Accepted => "accepted",
+            Outcome::Failed => "failed",
+            Outcome::Dismissed => "dismissed",
         }
     }
+}
 
-    fn parse(name: &str) -> Option<Outcome> {
-        [Outcome::Processed, Outcome::Duplicate, Outcome::Accepted]
-            .into_iter()
-            .find(|o| o.as_str() == name)
+/// An inbox's answer to a delivery, a replay or a dismissal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    pub outcome: Outcome,
+    /// Set when the event's signed body was already applied under another
+    /// id: the key (`"{source}:{id}"`) it duplicates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replayed_body_of: Option<String>,
+}
+
+impl From<Outcome> for Answer {
+    fn from(outcome: Outcome) -> Self {
+        Answer {
+            outcome,
+            replayed_body_of: None,
+        }
     }
 }
 
@@ -69,6 +99,10 @@ pub enum Fault {
     /// Every effect attempt fails before touching D1 (D1 down for good):
     /// the retry budget runs out.
     EffectAlwaysFails,
+    /// Every D1 write of this inbox — effect and failure report — fails
+    /// until this time (ms since the epoch): an outage that outlasts the
+    /// retry budget, then ends.
+    D1DownUntil(i64),
     /// The first effect attempt commits in D1, then fails before the inbox
     /// marks it done (a lost reply from D1).
     FailAfterEffect,
@@ -81,8 +115,12 @@ pub enum Fault {
 }
 
 impl Fault {
-    /// The name in the `x-test-fault` header and in storage.
+    /// The name in the `x-test-fault` header and in storage
+    /// (`d1-down-until:<ms>` carries its time).
     pub fn parse(name: &str) -> Option<Fault> {
+        if let Some(until) = name.strip_prefix("d1-down-until:") {
+            return until.parse().ok().map(Fault::D1DownUntil);
+        }
         match name {
             "fail-before-effect" => Some(Fault::FailBeforeEffect),
             "effect-always-fails" => Some(Fault::EffectAlwaysFails),
@@ -93,20 +131,26 @@ impl Fault {
         }
     }
 
-    /// Whether the fault hits an attempt after `attempts` earlier ones: all
-    /// of them for `EffectAlwaysFails`, only the first for the others.
-    fn applies(self, attempts: i64) -> bool {
-        self == Fault::EffectAlwaysFails || attempts == 0
+    fn name(self) -> String {
+        match self {
+            Fault::FailBeforeEffect => "fail-before-effect".into(),
+            Fault::EffectAlwaysFails => "effect-always-fails".into(),
+            Fault::D1DownUntil(until) => format!("d1-down-until:{until}"),
+            Fault::FailAfterEffect => "fail-after-effect".into(),
+            Fault::FailEnqueue => "fail-enqueue".into(),
+            Fault::CrashAfterCall => "crash-after-call".into(),
+        }
     }
 
-    fn as_str(self) -> &'static str {
-        match self {
-            Fault::FailBeforeEffect => "fail-before-effect",
-            Fault::EffectAlwaysFails => "effect-always-fails",
-            Fault::FailAfterEffect => "fail-after-effect",
-            Fault::FailEnqueue => "fail-enqueue",
-            Fault::CrashAfterCall => "crash-after-call",
-        }
+    /// Whether the fault hits an attempt after `attempts` earlier ones: all
+    /// of them for the lasting faults, only the first for the others.
+    fn applies(self, attempts: i64) -> bool {
+        matches!(self, Fault::EffectAlwaysFails | Fault::D1DownUntil(_)) || attempts == 0
+    }
+
+    /// Whether the injected D1 outage is still going on.
+    fn d1_down(fault: Option<Fault>) -> bool {
+        matches!(fault, Some(Fault::D1DownUntil(until)) if now() < until)
     }
 }
 
@@ -117,23 +161,54 @@ struct Delivery {
     fault: Option<String>,
 }
 
-/// Hands a verified event to its inbox and returns what the inbox did (the
-/// inbox answers with the outcome's name as plain text).
-pub async fn deliver(stub: &Stub, event: VerifiedEvent, fault: Option<Fault>) -> Result<Outcome> {
-    let fault = fault.map(|f| f.as_str().to_string());
-    let body = serde_json::to_string(&Delivery { event, fault })?;
-    let request = http::post("https://inbox/deliver", &body, &[])?;
-    let mut response = stub.fetch_with_request(request).await?;
-    if response.status_code() != 200 {
-        return Err(format!("inbox answered {}", response.status_code()).into());
-    }
-    let outcome = response.text().await?;
-    Outcome::parse(&outcome).ok_or_else(|| format!("inbox answered '{outcome}'").into())
+/// Why a delivery did not get an answer from its inbox.
+#[derive(Debug)]
+pub enum DeliveryError {
+    /// Certainly not stored: the request never left, or the inbox said its
+    /// claim failed. The sender's retry starts clean.
+    NotRecorded(String),
+    /// The inbox may hold the event (its answer was lost). A retry is safe:
+    /// it is answered as a copy of the held event.
+    Unconfirmed(String),
 }
+
+/// Hands a verified event to its inbox and returns what the inbox did.
+pub async fn deliver(
+    stub: &Stub,
+    event: VerifiedEvent,
+    fault: Option<Fault>,
+) -> std::result::Result<Answer, DeliveryError> {
+    let body = serde_json::to_string(&Delivery {
+        event,
+        fault: fault.map(Fault::name),
+    })
+    .map_err(|e| DeliveryError::NotRecorded(e.to_string()))?;
+    let request = http::post("https://inbox/deliver", &body, &[])
+        .map_err(|e| DeliveryError::NotRecorded(e.to_string()))?;
+    let mut response = stub
+        .fetch_with_request(request)
+        .await
+        .map_err(|e| DeliveryError::Unconfirmed(e.to_string()))?;
+    match response.status_code() {
+        200 => response
+            .json()
+            .await
+            .map_err(|e| DeliveryError::Unconfirmed(e.to_string())),
+        NOT_STORED => Err(DeliveryError::NotRecorded(
+            "the inbox could not claim".into(),
+        )),
+        status => Err(DeliveryError::Unconfirmed(format!(
+            "inbox answered {status}"
+        ))),
+    }
+}
+
+/// The inbox's status for "the claim failed: nothing was stored".
+const NOT_STORED: u16 = 503;
 
 /// The one event this inbox holds. Its row is also the record of the first
 /// copy received (`received_at`); the outcome of that copy is `state`.
-const EVENT_TABLE: &str = "CREATE TABLE IF NOT EXISTS event (
+const EVENT_TABLE: &str = "CREATE TABLE event (
         singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
         source TEXT NOT NULL,
         provider TEXT NOT NULL,
@@ -145,62 +220,120 @@ const EVENT_TABLE: &str = "CREATE TABLE IF NOT EXISTS event (
         effect_attempts INTEGER NOT NULL DEFAULT 0,
         last_error TEXT,
         done_at INTEGER,
-        fault TEXT
+        fault TEXT,
+        duplicates INTEGER NOT NULL DEFAULT 0,
+        reported INTEGER NOT NULL DEFAULT 0,
+        replay_of TEXT,
+        fence_body INTEGER NOT NULL DEFAULT 0
     )";
 
-/// Every later copy: when it arrived, and its payload by size and SHA-256
-/// only (a copy that differs from the first stands out). Created with the
-/// first duplicate, so an event delivered once (the common case) costs one
-/// table, not two. The first copy is the event row itself.
+/// Columns added since the first release, for inboxes created before them:
+/// `duplicates` counts later copies (the copies log keeps the last
+/// [`COPIES_KEPT`]), `reported` says whether a failure is in
+/// `failed_events`, `replay_of` names the event whose signed body this one
+/// repeated, `fence_body` is [`VerifiedEvent::fence_body`].
+const EVENT_UPGRADES: [&str; 5] = [
+    "ALTER TABLE event ADD COLUMN duplicates INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE event ADD COLUMN reported INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE event ADD COLUMN replay_of TEXT",
+    "ALTER TABLE event ADD COLUMN fence_body INTEGER NOT NULL DEFAULT 0",
+    "UPDATE event SET duplicates = (SELECT count(*) FROM copies)",
+];
+
+/// The last later copies: when each arrived, and its payload by size and
+/// SHA-256 only (a copy that differs from the first stands out). Created
+/// with the first duplicate, so an event delivered once (the common case)
+/// costs one table, not two. The first copy is the event row itself.
 const COPIES_TABLE: &str = "CREATE TABLE IF NOT EXISTS copies (
         at INTEGER NOT NULL,
         bytes INTEGER NOT NULL,
         sha256 TEXT NOT NULL
     )";
 
-/// The stored event, as the retry path needs it (see [`json_rows`]).
-const LOAD_EVENT: &str = "SELECT json_object(
-        'source', source, 'provider', provider, 'event_id', event_id, 'type', type,
-        'body', body, 'received_at', received_at, 'state', state,
-        'effect_attempts', effect_attempts, 'fault', fault)
+/// How many later copies the log keeps. A request replayed 20,000 times
+/// must not make its event unreadable (SQLite values stop at 2 MB): the row
+/// counts them all, the log keeps the last ones.
+const COPIES_KEPT: i64 = 100;
+
+/// The stored event, read column by column: never re-encoded through JSON,
+/// so a body at the size cap loads whatever bytes it holds.
+const LOAD_EVENT: &str = "SELECT source, provider, event_id, type, body, received_at, state,
+        effect_attempts, fault, last_error, done_at, duplicates, reported, replay_of, fence_body
     FROM event";
 
-#[derive(Deserialize)]
+/// The event's states, as stored.
+const RECEIVED: &str = "received";
+const FAILED: &str = "failed";
+const DISMISSED: &str = "dismissed";
+
+/// The fallback an alarm arms before doing anything that could fail.
+const FALLBACK_ALARM_MS: i64 = 60_000;
+
 struct EventRow {
-    source: String,
-    provider: String,
-    event_id: String,
-    #[serde(rename = "type")]
-    kind: String,
-    body: String,
-    received_at: i64,
+    event: VerifiedEvent,
     state: String,
     effect_attempts: i64,
-    fault: Option<String>,
-}
-
-/// What `GET /state` reads (see [`json_rows`]).
-const STATUS: &str = "SELECT json_object(
-        'state', state, 'effect_attempts', effect_attempts, 'last_error', last_error,
-        'received_at', received_at, 'done_at', done_at, 'body', body,
-        'copies', (SELECT json_group_array(json_object('at', at, 'bytes', bytes, 'sha256', sha256))
-                   FROM copies))
-    FROM event";
-
-#[derive(Deserialize)]
-struct StatusRow {
-    state: String,
-    effect_attempts: i64,
+    fault: Option<Fault>,
     last_error: Option<String>,
-    received_at: i64,
     done_at: Option<i64>,
-    body: String,
-    /// JSON text: `json_group_array` nested in `json_object` comes as a string.
-    copies: serde_json::Value,
+    duplicates: i64,
+    reported: bool,
+    replay_of: Option<String>,
 }
 
-/// An inbox's answer to `GET /state`: the event's progress and every
-/// delivery of it. Every one passed signature verification: nothing else
+impl EventRow {
+    fn decode(row: &[SqlStorageValue]) -> Result<Self> {
+        let text = |i: usize| match row.get(i) {
+            Some(SqlStorageValue::String(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let int = |i: usize| match row.get(i) {
+            Some(SqlStorageValue::Integer(n)) => Some(*n),
+            Some(SqlStorageValue::Float(n)) => Some(*n as i64),
+            _ => None,
+        };
+        let required = |i: usize| text(i).ok_or("inbox row: missing text column");
+        let body = required(4)?;
+        Ok(EventRow {
+            event: VerifiedEvent {
+                source: required(0)?,
+                provider: required(1)?,
+                id: required(2)?,
+                kind: required(3)?,
+                body_sha256: crate::event::sha256_hex(body.as_bytes()),
+                fence_body: int(14).unwrap_or_default() != 0,
+                body,
+                received_at: int(5).unwrap_or_default(),
+            },
+            state: required(6)?,
+            effect_attempts: int(7).unwrap_or_default(),
+            fault: text(8).as_deref().and_then(Fault::parse),
+            last_error: text(9),
+            done_at: int(10),
+            duplicates: int(11).unwrap_or_default(),
+            reported: int(12).unwrap_or_default() != 0,
+            replay_of: text(13),
+        })
+    }
+
+    /// When a finished event may be forgotten: retention counted from its
+    /// arrival, or from when it finished if that was later (an outage).
+    fn expires_at(&self, settings: &InboxSettings) -> i64 {
+        let from = self
+            .done_at
+            .unwrap_or(self.event.received_at)
+            .max(self.event.received_at);
+        from + settings.retention_ms
+    }
+
+    /// The fault still in force for the next attempt.
+    fn pending_fault(&self) -> Option<Fault> {
+        self.fault.filter(|f| f.applies(self.effect_attempts))
+    }
+}
+
+/// An inbox's answer to `GET /state`: the event's progress, its body, and
+/// its deliveries. Every one passed signature verification: nothing else
 /// reaches an inbox.
 #[derive(Serialize)]
 struct Status {
@@ -209,42 +342,57 @@ struct Status {
     last_error: Option<String>,
     received_at: i64,
     done_at: Option<i64>,
-    deliveries: usize,
+    /// For a `failed` event: whether it is listed in `failed_events` yet.
+    reported: bool,
+    /// Every copy received, the first included.
+    deliveries: i64,
+    /// The first copy, then the last [`COPIES_KEPT`] later ones.
     attempts: Vec<Attempt>,
+    /// The body exactly as signed.
+    body: String,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 struct Attempt {
     at: i64,
-    /// `first` (the copy that created the event) or `duplicate`.
-    #[serde(default = "duplicate")]
-    copy: String,
+    /// `first` (the copy that created the event), `replayed_body` (a first
+    /// copy whose signed body was already applied under `duplicate_of`), or
+    /// `duplicate`.
+    copy: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duplicate_of: Option<String>,
     bytes: i64,
     sha256: String,
 }
 
-fn duplicate() -> String {
-    "duplicate".into()
+/// What the claim found.
+enum Claim {
+    /// This copy is the first: the event row was inserted.
+    First,
+    /// The inbox already held the event, in this state.
+    Held(String),
 }
 
-/// Size and SHA-256 (hex) of a payload: what the delivery log keeps of it.
-fn fingerprint(body: &str) -> (i64, String) {
-    use sha2::{Digest, Sha256};
-    (
-        body.len() as i64,
-        hex::encode(Sha256::digest(body.as_bytes())),
-    )
+/// How one effect attempt ended.
+enum Tried {
+    Applied(Applied),
+    /// Failed; the alarm retries it.
+    WillRetry,
+    /// Failed, and the budget is spent: the event is `failed`.
+    GaveUp,
 }
 
-impl EventRow {
-    fn event(self) -> VerifiedEvent {
-        VerifiedEvent {
-            source: self.source,
-            provider: self.provider,
-            id: self.event_id,
-            kind: self.kind,
-            body: self.body,
-            received_at: self.received_at,
+impl Tried {
+    fn answer(self, source: &str) -> Answer {
+        match self {
+            Tried::Applied(Applied::Now) => Outcome::Processed.into(),
+            Tried::Applied(Applied::Earlier) => Outcome::Duplicate.into(),
+            Tried::Applied(Applied::Replayed { of }) => Answer {
+                outcome: Outcome::Duplicate,
+                replayed_body_of: Some(dedupe_key(source, &of)),
+            },
+            Tried::WillRetry => Outcome::Accepted.into(),
+            Tried::GaveUp => Outcome::Failed.into(),
         }
     }
 }
@@ -254,8 +402,8 @@ pub struct EventInbox {
     state: State,
     env: Env,
     sql: SqlStorage,
-    /// Whether this instance has created each table. Only a cache: after
-    /// the retention deadline deletes them, the tables are created anew.
+    /// Whether this instance has created (or upgraded) each table. Only a
+    /// cache: after the retention deadline deletes them, they are created anew.
     event_table_ready: Cell<bool>,
     copies_table_ready: Cell<bool>,
     /// Whether this instance is inside an effect attempt right now. An
@@ -278,135 +426,179 @@ impl DurableObject for EventInbox {
         }
     }
 
-    /// `POST /deliver` from the worker; `GET /state` and `POST /replay` for
-    /// tests and the admin API. None is reachable from outside: only the
-    /// binding can call an object.
+    /// `POST /deliver` from the worker; `GET /state`, `POST /replay` and
+    /// `POST /dismiss` for the admin API and the tests. None is reachable
+    /// from outside: only the binding can call an object.
     async fn fetch(&self, mut req: Request) -> Result<Response> {
-        if req.method() == Method::Get {
-            return match self.status()? {
+        match (req.method(), req.path().as_str()) {
+            (Method::Post, "/deliver") => {
+                let delivery: Delivery = serde_json::from_str(&req.text().await?)?;
+                self.receive(delivery).await
+            }
+            (Method::Get, "/state") => match self.status()? {
                 Some(status) => Response::from_json(&status),
                 None => Response::error("no event", 404),
-            };
-        }
-        if req.path() == "/replay" {
-            return match self.replay().await? {
-                Some(outcome) => Response::ok(outcome.as_str()),
+            },
+            (Method::Post, "/replay") => match self.replay().await? {
+                Some(answer) => Response::from_json(&answer),
                 None => Response::error("no event", 404),
-            };
+            },
+            (Method::Post, "/dismiss") => self.dismiss().await,
+            _ => Response::error("not found", 404),
         }
-        let delivery: Delivery = serde_json::from_str(&req.text().await?)?;
-        let outcome = self.receive(delivery).await?;
-        Response::ok(outcome.as_str())
     }
 
-    /// The safety net: retries an unfinished effect, or forgets the event
-    /// once its retention has passed.
+    /// The safety net: retries an unfinished effect, retries the report of a
+    /// failed one, or forgets a finished event once its retention has passed.
     async fn alarm(&self) -> Result<Response> {
-        self.ensure_table(&self.event_table_ready, EVENT_TABLE)?;
-        let Some(row) = self.load()? else {
+        // First, before anything below can fail: whatever happens, this
+        // object is called again.
+        self.set_alarm_in(FALLBACK_ALARM_MS).await?;
+        let Some(row) = self.held()? else {
+            self.state.storage().delete_alarm().await?;
             return Response::ok("empty");
         };
         let settings = InboxSettings::from_env(&self.env).map_err(|e| e.to_string())?;
-        if row.state == "received" {
-            if self.effect_running.get() {
+        match row.state.as_str() {
+            RECEIVED if self.effect_running.get() => {
                 self.set_alarm_in(settings.retry_base_ms).await?;
-                return Response::ok("attempt in flight");
+                Response::ok("attempt in flight")
             }
-            let fault = row
-                .fault
-                .as_deref()
-                .and_then(Fault::parse)
-                .filter(|f| f.applies(row.effect_attempts));
-            self.attempt_effect(row.event(), fault, &settings).await?;
-            return Response::ok("retried");
+            RECEIVED => {
+                let fault = row.pending_fault();
+                self.retry_now(row, fault, &settings).await?;
+                Response::ok("retried")
+            }
+            FAILED => {
+                self.report_failure(&row, &settings).await?;
+                Response::ok("failure reported")
+            }
+            _ if now() >= row.expires_at(&settings) => {
+                let storage = self.state.storage();
+                storage.delete_alarm().await?;
+                storage.delete_all().await?;
+                self.event_table_ready.set(false);
+                self.copies_table_ready.set(false);
+                Response::ok("expired")
+            }
+            _ => {
+                self.set_alarm_at(row.expires_at(&settings)).await?;
+                Response::ok("rescheduled")
+            }
         }
-        let expires_at = row.received_at + settings.retention_ms;
-        if now() >= expires_at {
-            let storage = self.state.storage();
-            storage.delete_alarm().await?;
-            storage.delete_all().await?;
-            self.event_table_ready.set(false);
-            self.copies_table_ready.set(false);
-            return Response::ok("expired");
-        }
-        self.set_alarm_at(expires_at).await?;
-        Response::ok("rescheduled")
     }
 }
 
 impl EventInbox {
-    /// Runs a `CREATE TABLE IF NOT EXISTS` once per instance. Synchronous.
-    fn ensure_table(&self, ready: &Cell<bool>, create: &str) -> Result<()> {
-        if !ready.get() {
-            self.sql.exec(create, None)?;
-            ready.set(true);
+    /// Whether this object has an event table at all; asked without creating
+    /// one, so that reading an empty object leaves it empty.
+    fn event_table(&self) -> Result<Option<String>> {
+        let row = self
+            .sql
+            .exec(
+                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'event'",
+                None,
+            )?
+            .raw()
+            .next()
+            .transpose()?;
+        Ok(match row.as_deref() {
+            Some([SqlStorageValue::String(sql)]) => Some(sql.clone()),
+            _ => None,
+        })
+    }
+
+    /// Creates the event table, or upgrades one made before its newer
+    /// columns. Once per instance; synchronous.
+    fn ensure_event_table(&self) -> Result<()> {
+        if self.event_table_ready.get() {
+            return Ok(());
+        }
+        match self.event_table()? {
+            None => {
+                self.sql.exec(EVENT_TABLE, None)?;
+            }
+            Some(sql) if !sql.contains("fence_body") => {
+                self.ensure_copies_table()?;
+                for upgrade in EVENT_UPGRADES {
+                    self.sql.exec(upgrade, None)?;
+                }
+            }
+            Some(_) => {}
+        }
+        self.event_table_ready.set(true);
+        Ok(())
+    }
+
+    fn ensure_copies_table(&self) -> Result<()> {
+        if !self.copies_table_ready.get() {
+            self.sql.exec(COPIES_TABLE, None)?;
+            self.copies_table_ready.set(true);
         }
         Ok(())
     }
 
-    async fn receive(&self, delivery: Delivery) -> Result<Outcome> {
+    /// The held event, if any, without creating tables in an object that
+    /// never held one (or has forgotten it).
+    fn held(&self) -> Result<Option<EventRow>> {
+        if !self.event_table_ready.get() && self.event_table()?.is_none() {
+            return Ok(None);
+        }
+        self.ensure_event_table()?;
+        self.load()
+    }
+
+    fn load(&self) -> Result<Option<EventRow>> {
+        let row = self.sql.exec(LOAD_EVENT, None)?.raw().next().transpose()?;
+        row.map(|row| EventRow::decode(&row)).transpose()
+    }
+
+    async fn receive(&self, delivery: Delivery) -> Result<Response> {
         let Delivery { event, fault } = delivery;
         let fault = fault.as_deref().and_then(Fault::parse);
         let settings = InboxSettings::from_env(&self.env).map_err(|e| e.to_string())?;
 
         // The claim. Synchronous SQL only: between the insert and the
         // duplicate record no other request can run, and both are durable
-        // before the reply leaves (the output gate holds it).
-        self.ensure_table(&self.event_table_ready, EVENT_TABLE)?;
-        if !self.claim(&event, fault)? {
-            self.record_copy(&event.body)?;
-            return Ok(Outcome::Duplicate);
-        }
-
-        // Armed before the first attempt, so a crash from here on is retried.
-        self.set_alarm_in(settings.retry_base_ms).await?;
-        Ok(match self.attempt_effect(event, fault, &settings).await? {
-            Some(Applied::Now) => Outcome::Processed,
-            Some(Applied::Earlier) => Outcome::Duplicate,
-            None => Outcome::Accepted,
-        })
-    }
-
-    /// An operator's replay: runs the effect path again for the held event,
-    /// without test faults. A `failed` event is reopened first. For an event
-    /// already done it is a no-op: the ledger answers `Earlier`, reported as
-    /// `duplicate`. `None` when the inbox holds no event (never, or expired).
-    async fn replay(&self) -> Result<Option<Outcome>> {
-        self.ensure_table(&self.event_table_ready, EVENT_TABLE)?;
-        let Some(row) = self.load()? else {
-            return Ok(None);
+        // before the reply leaves (the output gate holds it). If it fails,
+        // nothing was stored, and the worker may say so.
+        let claim = match self
+            .ensure_event_table()
+            .and_then(|()| self.claim(&event, fault))
+        {
+            Ok(claim) => claim,
+            Err(e) => {
+                log(&LogLine::new("claim_failed", &event.key()).error(&e.to_string()));
+                return Response::error("not stored", NOT_STORED);
+            }
         };
-        if self.effect_running.get() {
-            return Ok(Some(Outcome::Accepted));
-        }
-        let was_failed = row.state == "failed";
-        self.sql.exec(
-            "UPDATE event SET state = 'received' WHERE state = 'failed'",
-            None,
-        )?;
-        let settings = InboxSettings::from_env(&self.env).map_err(|e| e.to_string())?;
-        let event = row.event();
-        let key = (event.source.clone(), event.id.clone());
-        let applied = self.attempt_effect(event, None, &settings).await?;
-        if was_failed && applied.is_some() {
-            let (source, id) = key;
-            failed_events::resolve(&self.env, &source, &id).await;
-        }
-        Ok(Some(match applied {
-            Some(Applied::Now) => Outcome::Processed,
-            Some(Applied::Earlier) => Outcome::Duplicate,
-            None => Outcome::Accepted,
-        }))
+        let answer = match claim {
+            Claim::First => {
+                // Armed before the first attempt, so a crash from here on is
+                // retried. The alarm finds the event done and re-arms for the
+                // retention deadline: one storage write fewer on the reply's path.
+                self.set_alarm_in(settings.retry_base_ms).await?;
+                let source = event.source.clone();
+                self.attempt_effect(event, fault, &settings)
+                    .await?
+                    .answer(&source)
+            }
+            // A new copy of a failed event reopens it for one more attempt:
+            // a merchant's "resend" after an outage is answered by applying it.
+            Claim::Held(state) if state == FAILED => self.reopen(&settings).await?,
+            Claim::Held(_) => Outcome::Duplicate.into(),
+        };
+        Response::from_json(&answer)
     }
 
-    /// Inserts the event row if this object holds none. True when this call
-    /// inserted it, i.e. this copy is the first.
-    fn claim(&self, event: &VerifiedEvent, fault: Option<Fault>) -> Result<bool> {
+    /// Inserts the event row if this object holds none; otherwise counts and
+    /// logs this copy and returns the held event's state.
+    fn claim(&self, event: &VerifiedEvent, fault: Option<Fault>) -> Result<Claim> {
         let inserted = self
             .sql
             .exec(
-                "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault)
-                 VALUES (1, ?, ?, ?, ?, ?, ?, 'received', ?)
+                "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault, fence_body)
+                 VALUES (1, ?, ?, ?, ?, ?, ?, 'received', ?, ?)
                  ON CONFLICT (singleton) DO NOTHING
                  RETURNING singleton",
                 vec![
@@ -416,124 +608,267 @@ impl EventInbox {
                     event.kind.as_str().into(),
                     event.body.as_str().into(),
                     event.received_at.into(),
-                    fault.map_or(SqlStorageValue::Null, |f| f.as_str().into()),
+                    fault.map_or(SqlStorageValue::Null, |f| f.name().into()),
+                    i64::from(event.fence_body).into(),
                 ],
             )?
             .raw()
             .next()
             .transpose()?;
-        Ok(inserted.is_some())
-    }
-
-    fn record_copy(&self, body: &str) -> Result<()> {
-        self.ensure_table(&self.copies_table_ready, COPIES_TABLE)?;
-        let (bytes, sha256) = fingerprint(body);
-        self.sql.exec(
-            "INSERT INTO copies (at, bytes, sha256) VALUES (?, ?, ?)",
-            vec![now().into(), bytes.into(), sha256.into()],
-        )?;
-        Ok(())
-    }
-
-    /// The event's progress and its delivery count, without creating tables
-    /// in an object that never held an event (or has forgotten it).
-    fn status(&self) -> Result<Option<Status>> {
-        let has_table = self
+        if inserted.is_some() {
+            return Ok(Claim::First);
+        }
+        let held = self
             .sql
             .exec(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'event'",
+                "UPDATE event SET duplicates = duplicates + 1 RETURNING state, duplicates",
                 None,
             )?
             .raw()
             .next()
-            .is_some();
-        if !has_table {
-            return Ok(None);
+            .transpose()?;
+        let (state, duplicates) = match held.as_deref() {
+            Some([SqlStorageValue::String(state), SqlStorageValue::Integer(n)]) => {
+                (state.clone(), *n)
+            }
+            _ => return Err("inbox row: unreadable state".into()),
+        };
+        self.ensure_copies_table()?;
+        self.sql.exec(
+            "INSERT INTO copies (at, bytes, sha256) VALUES (?, ?, ?)",
+            vec![
+                now().into(),
+                (event.body.len() as i64).into(),
+                event.body_sha256.as_str().into(),
+            ],
+        )?;
+        if duplicates > COPIES_KEPT {
+            self.sql.exec(
+                "DELETE FROM copies WHERE rowid <= (SELECT max(rowid) FROM copies) - ?",
+                vec![COPIES_KEPT.into()],
+            )?;
         }
-        // Reading the copies needs the table; an empty one changes nothing.
-        self.ensure_table(&self.copies_table_ready, COPIES_TABLE)?;
-        let Some(row) = json_rows::<StatusRow>(self.sql.exec(STATUS, None)?)?.pop() else {
+        Ok(Claim::Held(state))
+    }
+
+    /// One more attempt at a failed event (a new copy, or an operator's
+    /// replay), after marking it `received` synchronously so that copies
+    /// arriving meanwhile are duplicates of an attempt in flight.
+    async fn reopen(&self, settings: &InboxSettings) -> Result<Answer> {
+        self.sql.exec(
+            "UPDATE event SET state = 'received' WHERE state = 'failed'",
+            None,
+        )?;
+        let row = self.load()?.ok_or("inbox row vanished")?;
+        let fault = row.pending_fault();
+        self.retry_now(row, fault, settings).await
+    }
+
+    /// An operator's replay: runs the effect path again for the held event,
+    /// without test faults. A `failed` event is reopened first. For an event
+    /// already done it is a no-op: the ledger answers `Earlier`, reported as
+    /// `duplicate`. `None` when the inbox holds no event (never, or expired).
+    async fn replay(&self) -> Result<Option<Answer>> {
+        let Some(row) = self.held()? else {
             return Ok(None);
         };
-        let (bytes, sha256) = fingerprint(&row.body);
+        if row.state == DISMISSED {
+            return Ok(Some(Outcome::Dismissed.into()));
+        }
+        if self.effect_running.get() {
+            return Ok(Some(Outcome::Accepted.into()));
+        }
+        let settings = InboxSettings::from_env(&self.env).map_err(|e| e.to_string())?;
+        self.sql.exec(
+            "UPDATE event SET state = 'received' WHERE state = 'failed'",
+            None,
+        )?;
+        Ok(Some(self.retry_now(row, None, &settings).await?))
+    }
+
+    /// An attempt off the first delivery's path (the alarm, a reopening
+    /// copy, a replay): on success the alarm moves to the retention
+    /// deadline, counted from now, when the event finished.
+    async fn retry_now(
+        &self,
+        row: EventRow,
+        fault: Option<Fault>,
+        settings: &InboxSettings,
+    ) -> Result<Answer> {
+        let source = row.event.source.clone();
+        let tried = self.attempt_effect(row.event, fault, settings).await?;
+        if matches!(tried, Tried::Applied(_)) {
+            self.set_alarm_in(settings.retention_ms).await?;
+        }
+        Ok(tried.answer(&source))
+    }
+
+    /// An operator's decision not to apply a failed event. Recorded in
+    /// `failed_events` first: if D1 is down the event stays `failed`.
+    async fn dismiss(&self) -> Result<Response> {
+        let Some(row) = self.held()? else {
+            return Response::error("no event", 404);
+        };
+        if row.state != FAILED {
+            return Response::error("only a failed event can be dismissed", 409);
+        }
+        failed_events::dismiss(&self.env, &row.event.source, &row.event.id).await?;
+        self.sql.exec(
+            "UPDATE event SET state = 'dismissed', done_at = ? WHERE state = 'failed'",
+            vec![now().into()],
+        )?;
+        let settings = InboxSettings::from_env(&self.env).map_err(|e| e.to_string())?;
+        self.set_alarm_in(settings.retention_ms).await?;
+        log(&LogLine::new("event_dismissed", &row.event.key()));
+        Response::from_json(&Answer::from(Outcome::Dismissed))
+    }
+
+    /// The event's progress and its deliveries, without creating tables in
+    /// an object that never held an event (or has forgotten it).
+    fn status(&self) -> Result<Option<Status>> {
+        let Some(row) = self.held()? else {
+            return Ok(None);
+        };
         let first = Attempt {
-            at: row.received_at,
-            copy: "first".into(),
-            bytes,
-            sha256,
+            at: row.event.received_at,
+            copy: if row.replay_of.is_some() {
+                "replayed_body"
+            } else {
+                "first"
+            },
+            duplicate_of: row
+                .replay_of
+                .as_deref()
+                .map(|of| dedupe_key(&row.event.source, of)),
+            bytes: row.event.body.len() as i64,
+            sha256: row.event.body_sha256.clone(),
         };
-        let copies: Vec<Attempt> = match row.copies {
-            serde_json::Value::String(json) => serde_json::from_str(&json)?,
-            other => serde_json::from_value(other)?,
-        };
-        let attempts: Vec<Attempt> = std::iter::once(first).chain(copies).collect();
+        let mut attempts = vec![first];
+        if row.duplicates > 0 {
+            self.ensure_copies_table()?;
+            for copy in self
+                .sql
+                .exec("SELECT at, bytes, sha256 FROM copies ORDER BY rowid", None)?
+                .raw()
+            {
+                if let [SqlStorageValue::Integer(at), SqlStorageValue::Integer(bytes), SqlStorageValue::String(sha256)] =
+                    copy?.as_slice()
+                {
+                    attempts.push(Attempt {
+                        at: *at,
+                        copy: "duplicate",
+                        duplicate_of: None,
+                        bytes: *bytes,
+                        sha256: sha256.clone(),
+                    });
+                }
+            }
+        }
         Ok(Some(Status {
             state: row.state,
             effect_attempts: row.effect_attempts,
             last_error: row.last_error,
-            received_at: row.received_at,
+            received_at: row.event.received_at,
             done_at: row.done_at,
-            deliveries: attempts.len(),
+            reported: row.reported,
+            deliveries: row.duplicates + 1,
             attempts,
+            body: row.event.body,
         }))
     }
 
-    fn load(&self) -> Result<Option<EventRow>> {
-        Ok(json_rows(self.sql.exec(LOAD_EVENT, None)?)?.pop())
-    }
-
-    /// One try at the effect. On success marks the event done; on failure records the error and arms the next retry,
-    /// or marks the event failed once the budget is spent. `None` means the
-    /// effect did not commit (yet). `fault` is for tests (see [`Fault`]).
+    /// One try at the effect. On success marks the event done; on failure
+    /// records the error and arms the next retry, or marks the event failed
+    /// once the budget is spent and reports it. `fault` is for tests (see
+    /// [`Fault`]).
     async fn attempt_effect(
         &self,
         event: VerifiedEvent,
         fault: Option<Fault>,
         settings: &InboxSettings,
-    ) -> Result<Option<Applied>> {
-        let key = event.key();
-        let expires_at = event.received_at + settings.retention_ms;
+    ) -> Result<Tried> {
         self.effect_running.set(true);
         let result = self.run_effect(&event, fault).await;
         self.effect_running.set(false);
         match result {
             Ok(applied) => {
-                self.sql.exec(
-                    "UPDATE event SET state = 'done', done_at = ?, effect_attempts = effect_attempts + 1, last_error = NULL
-                     WHERE state = 'received'",
-                    vec![now().into()],
-                )?;
-                // The alarm armed at the claim stays: when it fires and
-                // finds the event done, it re-arms for the retention
-                // deadline. One storage write fewer on the reply's path.
-                Ok(Some(applied))
+                let replay_of = match &applied {
+                    Applied::Replayed { of } => Some(of.clone()),
+                    _ => None,
+                };
+                if let Some(of) = &replay_of {
+                    let key = event.key();
+                    log(&LogLine::new("replayed_body", &key)
+                        .duplicate_of(dedupe_key(&event.source, of)));
+                }
+                let was_reported = self
+                    .sql
+                    .exec(
+                        "UPDATE event SET state = 'done', done_at = ?, effect_attempts = effect_attempts + 1,
+                             last_error = NULL, replay_of = ?
+                         WHERE state = 'received'
+                         RETURNING reported",
+                        vec![now().into(), replay_of.into()],
+                    )?
+                    .raw()
+                    .next()
+                    .transpose()?;
+                if matches!(was_reported.as_deref(), Some([SqlStorageValue::Integer(1)])) {
+                    // Listed as failed before this attempt: no longer.
+                    if let Err(e) =
+                        failed_events::resolve(&self.env, &event.source, &event.id).await
+                    {
+                        log(&LogLine::new("failed_event_unresolved", &event.key())
+                            .error(&e.to_string()));
+                    }
+                }
+                Ok(Tried::Applied(applied))
             }
             Err(error) => {
                 let failures = self.record_failure(&error)?;
                 let exhausted = failures >= settings.max_attempts;
-                console_error!(
-                    "{}",
-                    serde_json::to_string(&LogLine {
-                        msg: "effect_failed",
-                        key: &key,
-                        attempt: Some(failures),
-                        last: Some(exhausted),
-                        error: &error,
-                    })?
-                );
-                if exhausted {
-                    self.sql.exec(
-                        "UPDATE event SET state = 'failed' WHERE state = 'received'",
-                        None,
-                    )?;
-                    failed_events::record(&self.env, &event, &error).await;
-                    self.set_alarm_at(expires_at).await?;
-                } else {
+                log(&LogLine::new("effect_failed", &event.key())
+                    .attempt(failures, exhausted)
+                    .error(&error));
+                if !exhausted {
                     self.set_alarm_in(settings.backoff_ms(failures)).await?;
+                    return Ok(Tried::WillRetry);
                 }
-                Ok(None)
+                self.sql.exec(
+                    "UPDATE event SET state = 'failed' WHERE state = 'received'",
+                    None,
+                )?;
+                let row = self.load()?.ok_or("inbox row vanished")?;
+                self.report_failure(&row, settings).await?;
+                Ok(Tried::GaveUp)
             }
         }
+    }
+
+    /// Lists a failed event in `failed_events` unless it is already, and
+    /// arms the alarm: to try the report again if D1 refused it, else to
+    /// look again in a retention period (a failed event is never forgotten).
+    async fn report_failure(&self, row: &EventRow, settings: &InboxSettings) -> Result<()> {
+        if !row.reported {
+            let error = row.last_error.as_deref().unwrap_or("unknown");
+            let written = if Fault::d1_down(row.fault) {
+                Err("injected fault: D1 unavailable".into())
+            } else {
+                failed_events::record(&self.env, &row.event, error).await
+            };
+            match written {
+                Ok(()) => {
+                    self.sql.exec("UPDATE event SET reported = 1", None)?;
+                }
+                Err(e) => {
+                    log(&LogLine::new("failure_report_failed", &row.event.key())
+                        .error(&e.to_string()));
+                    let retry = settings.backoff_ms(row.effect_attempts.max(1));
+                    return self.set_alarm_in(retry).await;
+                }
+            }
+        }
+        self.set_alarm_in(settings.retention_ms).await
     }
 
     async fn run_effect(
@@ -547,36 +882,35 @@ impl EventInbox {
         ) {
             return Err("injected fault: before effect".into());
         }
+        if Fault::d1_down(fault) {
+            return Err("injected fault: D1 unavailable".into());
+        }
         let plan =
             effects::plan(event, now()).map_err(|e| format!("unplannable event: {}", e.0))?;
         let db = self.env.d1(DB_BINDING).map_err(|e| e.to_string())?;
-        let applied = effects::apply(&db, plan.batch)
+        let applied = effects::apply(&db, event, plan.batch)
             .await
             .map_err(|e| e.to_string())?;
         if fault == Some(Fault::FailAfterEffect) {
             return Err("injected fault: after effect committed".into());
+        }
+        if matches!(applied, Applied::Replayed { .. }) {
+            // This id's outbox rows were never written: nothing to send.
+            return Ok(applied);
         }
         // After the commit, never before: a message must not outrun its row.
         // Also after `Earlier`: that attempt's send may be what was lost.
         let sent = if fault == Some(Fault::FailEnqueue) {
             Err("injected fault: enqueue".into())
         } else {
-            let fault = fault
-                .filter(|f| *f == Fault::CrashAfterCall)
-                .map(Fault::as_str);
-            outbox::enqueue(&self.env, &plan.outbox_keys, fault).await
+            let fault =
+                (fault == Some(Fault::CrashAfterCall)).then(|| Fault::CrashAfterCall.name());
+            outbox::enqueue(&self.env, &plan.outbox_keys, fault.as_deref()).await
         };
         if let Err(e) = sent {
             // Nothing is lost: the rows are committed as pending, and the
             // cron relay sends them after its grace period.
-            let line = LogLine {
-                msg: "enqueue_failed",
-                key: &event.key(),
-                attempt: None,
-                last: None,
-                error: &e.to_string(),
-            };
-            console_error!("{}", serde_json::to_string(&line).unwrap_or_default());
+            log(&LogLine::new("enqueue_failed", &event.key()).error(&e.to_string()));
         }
         Ok(applied)
     }
@@ -610,7 +944,7 @@ impl EventInbox {
     }
 }
 
-/// The inbox's log lines (a failed effect attempt, a failed enqueue).
+/// The inbox's log lines: one JSON object each, never a payload or secret.
 #[derive(Serialize)]
 struct LogLine<'a> {
     msg: &'static str,
@@ -620,20 +954,50 @@ struct LogLine<'a> {
     /// True when the retry budget is spent and the event is marked failed.
     #[serde(rename = "final", skip_serializing_if = "Option::is_none")]
     last: Option<bool>,
-    error: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duplicate_of: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
 }
 
-/// Decodes the rows of a query whose one column is a `json_object(…)`.
-/// Going through serde_json, which the worker needs anyway, keeps a second
-/// decoder (serde-wasm-bindgen, behind `SqlCursor::to_array`) out of the wasm.
-fn json_rows<T: DeserializeOwned>(cursor: SqlCursor) -> Result<Vec<T>> {
-    cursor
-        .raw()
-        .map(|row| match row?.as_slice() {
-            [SqlStorageValue::String(json)] => Ok(serde_json::from_str(json)?),
-            _ => Err("expected one json_object column".into()),
-        })
-        .collect()
+impl<'a> LogLine<'a> {
+    fn new(msg: &'static str, key: &'a str) -> Self {
+        LogLine {
+            msg,
+            key,
+            attempt: None,
+            last: None,
+            duplicate_of: None,
+            error: None,
+        }
+    }
+
+    fn attempt(mut self, attempt: i64, last: bool) -> Self {
+        self.attempt = Some(attempt);
+        self.last = Some(last);
+        self
+    }
+
+    fn duplicate_of(mut self, key: String) -> Self {
+        self.duplicate_of = Some(key);
+        self
+    }
+
+    fn error(mut self, error: &'a str) -> Self {
+        self.error = Some(error);
+        self
+    }
+}
+
+/// Failures go to the error stream, the rest (a replayed body, a dismissal)
+/// to the log.
+fn log(line: &LogLine) {
+    let json = serde_json::to_string(line).unwrap_or_default();
+    if line.error.is_some() || line.last.is_some() {
+        console_error!("{json}");
+    } else {
+        console_log!("{json}");
+    }
 }
 
 fn now() -> i64 {

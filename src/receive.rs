@@ -2,8 +2,11 @@
 //!
 //! Cap the body, verify the signature on the raw bytes, read the provider's
 //! event id, check the effect can be planned, then hand the event to its
-//! inbox. Every delivery ends in exactly one JSON log line and one JSON reply;
-//! every refusal is a 4xx that wrote nothing.
+//! inbox. Every delivery ends in exactly one JSON log line and one JSON reply.
+//! A refusal wrote nothing: a 4xx for the request, a 500 for a
+//! misconfiguration, a 503 `not_recorded` when the inbox certainly stored
+//! nothing. One 503 is different: `unconfirmed`, when the inbox's answer was
+//! lost and it may hold the event; a retry is then answered as its copy.
 
 use serde::Serialize;
 use worker::{console_log, Context, Date, Env, Headers, Request, Response, Result};
@@ -11,19 +14,23 @@ use worker::{console_log, Context, Date, Env, Headers, Request, Response, Result
 use crate::config::{self, ConfigError, Limits, INBOX_BINDING};
 use crate::effects;
 use crate::event::VerifiedEvent;
-use crate::inbox::{self, Fault, Outcome};
+use crate::http::{self, BodyError};
+use crate::inbox::{self, Answer, DeliveryError, Fault};
 use crate::providers::{self, Identity, RawRequest, Rejection, VerifyContext};
 use crate::{sources, stats};
 
-/// Why a delivery was not taken. Nothing was recorded in any of these cases.
+/// Why a delivery was not taken. Nothing was recorded in any of these cases
+/// but `Unconfirmed`.
 #[derive(Debug)]
 enum Refusal {
     UnknownSource,
     TooLarge,
     Rejected(Rejection),
     Misconfigured(ConfigError),
-    /// The inbox could not be reached or could not store the event.
+    /// The body could not be read, or the inbox certainly stored nothing.
     NotRecorded(String),
+    /// The inbox's answer was lost: it may hold the event.
+    Unconfirmed(String),
 }
 
 impl Refusal {
@@ -33,7 +40,7 @@ impl Refusal {
             Refusal::TooLarge => 413,
             Refusal::Rejected(rejection) => rejection.status(),
             Refusal::Misconfigured(_) => 500,
-            Refusal::NotRecorded(_) => 503,
+            Refusal::NotRecorded(_) | Refusal::Unconfirmed(_) => 503,
         }
     }
 
@@ -44,6 +51,7 @@ impl Refusal {
             Refusal::Rejected(rejection) => rejection.reason(),
             Refusal::Misconfigured(_) => "misconfigured",
             Refusal::NotRecorded(_) => "not_recorded",
+            Refusal::Unconfirmed(_) => "unconfirmed",
         }
     }
 
@@ -53,7 +61,7 @@ impl Refusal {
         match self {
             Refusal::Rejected(Rejection::MalformedBody(detail)) => Some(detail.clone()),
             Refusal::Misconfigured(error) => Some(error.to_string()),
-            Refusal::NotRecorded(error) => Some(error.clone()),
+            Refusal::NotRecorded(error) | Refusal::Unconfirmed(error) => Some(error.clone()),
             _ => None,
         }
     }
@@ -71,12 +79,32 @@ impl From<ConfigError> for Refusal {
     }
 }
 
+impl From<BodyError> for Refusal {
+    fn from(error: BodyError) -> Self {
+        match error {
+            BodyError::TooLarge => Refusal::TooLarge,
+            BodyError::Unreadable(e) => Refusal::NotRecorded(e),
+        }
+    }
+}
+
+impl From<DeliveryError> for Refusal {
+    fn from(error: DeliveryError) -> Self {
+        match error {
+            DeliveryError::NotRecorded(e) => Refusal::NotRecorded(e),
+            DeliveryError::Unconfirmed(e) => Refusal::Unconfirmed(e),
+        }
+    }
+}
+
 /// What the log line says about a delivery, filled in as it progresses.
 #[derive(Default)]
 struct Trace {
     key: Option<String>,
     kind: Option<String>,
     bytes: Option<usize>,
+    /// The position of the secret that verified the delivery.
+    secret: Option<usize>,
 }
 
 /// The one log line of a delivery. Field names are stable: dashboards and
@@ -88,12 +116,20 @@ struct LogLine<'a> {
     key: Option<&'a str>,
     #[serde(rename = "type")]
     kind: Option<&'a str>,
-    /// `processed`, `duplicate`, `accepted` or `rejected`.
+    /// `processed`, `duplicate`, `accepted`, `failed`, `handshake` or `rejected`.
     outcome: &'static str,
     status: u16,
+    /// Why it was rejected, or `replayed_body` for a duplicate whose signed
+    /// body was applied under another id.
     reason: Option<&'static str>,
+    /// For a replayed body: the key of the event it repeats.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duplicate_of: Option<&'a str>,
     detail: Option<String>,
     bytes: Option<usize>,
+    /// Which configured secret verified it (its position, never its value):
+    /// when the old secret of a rotation stops appearing, retire it.
+    secret: Option<usize>,
     latency_ms: u64,
 }
 
@@ -118,9 +154,13 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
 
     let key = trace.key.as_deref();
     let (status, outcome, refusal) = match &result {
-        Ok(Taken::Event(outcome)) => (200, outcome.as_str(), None),
+        Ok(Taken::Event(answer)) => (200, answer.outcome.as_str(), None),
         Ok(Taken::Handshake(_)) => (200, "handshake", None),
         Err(refusal) => (refusal.status(), "rejected", Some(refusal)),
+    };
+    let replayed_body_of = match &result {
+        Ok(Taken::Event(answer)) => answer.replayed_body_of.as_deref(),
+        _ => None,
     };
     let line = LogLine {
         msg: "delivery",
@@ -129,12 +169,22 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
         kind: trace.kind.as_deref(),
         outcome,
         status,
-        reason: refusal.map(Refusal::reason),
+        reason: refusal
+            .map(Refusal::reason)
+            .or(replayed_body_of.map(|_| "replayed_body")),
+        duplicate_of: replayed_body_of,
         detail: refusal.and_then(Refusal::detail),
         bytes: trace.bytes,
+        secret: trace.secret,
         latency_ms,
     };
     console_log!("{}", serde_json::to_string(&line)?);
+    if replayed_body_of.is_some() {
+        stats::count(source, "replayed_body");
+    }
+    if let Some(secret) = trace.secret {
+        stats::count(source, &format!("secret:{secret}"));
+    }
     count(env, ctx, source, outcome, refusal);
     let reply = match (&result, refusal) {
         (Ok(Taken::Handshake(body)), _) => {
@@ -153,7 +203,7 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
 /// What became of a delivery that was not refused.
 enum Taken {
     /// An event, handed to its inbox.
-    Event(Outcome),
+    Event(Answer),
     /// A provider's handshake (Slack's `url_verification`), answered with
     /// this JSON body. Not an event: nothing is stored.
     Handshake(String),
@@ -202,22 +252,8 @@ async fn receive(
             .map_err(|why| ConfigError(format!("{secret_var}: {why}")))?;
     }
 
-    // A declared length over the cap is refused before reading a byte.
-    let declared = req.headers().get("content-length").ok().flatten();
-    if declared
-        .and_then(|n| n.parse::<usize>().ok())
-        .is_some_and(|n| n > limits.max_body_bytes)
-    {
-        return Err(Refusal::TooLarge);
-    }
-    let body = req
-        .bytes()
-        .await
-        .map_err(|e| Refusal::NotRecorded(e.to_string()))?;
+    let body = http::read_capped(&mut req, limits.max_body_bytes).await?;
     trace.bytes = Some(body.len());
-    if body.len() > limits.max_body_bytes {
-        return Err(Refusal::TooLarge);
-    }
 
     let raw = RawRequest::new(req.inner().url(), req.headers().entries(), body);
     let ctx = VerifyContext {
@@ -225,7 +261,7 @@ async fn receive(
         now: Date::now().as_millis() / 1000,
         tolerance: config.tolerance_secs.unwrap_or(limits.tolerance_secs),
     };
-    provider.verify(&raw, &ctx)?;
+    trace.secret = Some(provider.verify(&raw, &ctx)?);
     let identity = match provider.identify(&raw)? {
         Identity::Event(identity) => identity,
         Identity::Handshake(reply) => return Ok(Taken::Handshake(reply)),
@@ -244,6 +280,8 @@ async fn receive(
         provider: provider.name().to_string(),
         id: identity.id,
         kind: identity.kind,
+        body_sha256: crate::event::sha256_hex(body.as_bytes()),
+        fence_body: !provider.signs_event_id(),
         body,
         received_at: Date::now().as_millis() as i64,
     };
@@ -256,8 +294,5 @@ async fn receive(
         .durable_object(INBOX_BINDING)
         .and_then(|ns| ns.get_by_name(&event.key()))
         .map_err(|e| Refusal::NotRecorded(e.to_string()))?;
-    inbox::deliver(&stub, event, fault)
-        .await
-        .map(Taken::Event)
-        .map_err(|e| Refusal::NotRecorded(e.to_string()))
+    Ok(Taken::Event(inbox::deliver(&stub, event, fault).await?))
 }

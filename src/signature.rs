@@ -48,16 +48,41 @@ impl Tag {
 #[derive(Clone)]
 pub struct Secrets(Vec<Vec<u8>>);
 
+/// The shortest secret accepted: anything shorter is a typo or a
+/// placeholder, and would make a key that can be guessed.
+pub const MIN_SECRET_BYTES: usize = 8;
+
 impl Secrets {
-    /// Splits a configured value on commas and whitespace. Returns `None` when
-    /// it holds no secret at all, so a blank variable cannot pass as "configured".
-    pub fn parse(value: &str) -> Option<Self> {
-        let secrets: Vec<Vec<u8>> = value
-            .split(|c: char| c == ',' || c.is_whitespace())
+    /// Splits a configured value into secrets on commas and newlines only,
+    /// trimming each. A value that holds none, a fragment with whitespace
+    /// inside (`my team hook secret` is a pasted phrase, not three secrets),
+    /// or one shorter than [`MIN_SECRET_BYTES`] is an error: a
+    /// misconfiguration must fail loudly, never verify with a weak key. The
+    /// error says what is wrong by position, never by value.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        let mut secrets = Vec::new();
+        for (position, fragment) in value
+            .split([',', '\n'])
+            .map(str::trim)
             .filter(|s| !s.is_empty())
-            .map(|s| s.as_bytes().to_vec())
-            .collect();
-        (!secrets.is_empty()).then_some(Secrets(secrets))
+            .enumerate()
+        {
+            if fragment.contains(char::is_whitespace) {
+                return Err(format!(
+                    "secret {position} has whitespace inside; separate secrets with commas or newlines"
+                ));
+            }
+            if fragment.len() < MIN_SECRET_BYTES {
+                return Err(format!(
+                    "secret {position} is shorter than {MIN_SECRET_BYTES} bytes"
+                ));
+            }
+            secrets.push(fragment.as_bytes().to_vec());
+        }
+        if secrets.is_empty() {
+            return Err("holds no secret".into());
+        }
+        Ok(Secrets(secrets))
     }
 
     /// Secrets given whole, for tests of secrets the variable syntax would split.
@@ -66,15 +91,29 @@ impl Secrets {
         Secrets(secrets.iter().map(|s| s.to_vec()).collect())
     }
 
+    /// Secrets split on commas and spaces without the strength rules, for
+    /// tests against providers' published examples (short demo secrets).
+    #[cfg(test)]
+    pub fn split(value: &str) -> Self {
+        Secrets(
+            value
+                .split([',', ' ', '\n'])
+                .filter(|s| !s.is_empty())
+                .map(|s| s.as_bytes().to_vec())
+                .collect(),
+        )
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
         self.0.iter().map(Vec::as_slice)
     }
 
-    /// Whether the HMAC-SHA256 of `parts` under any of these secrets equals
-    /// any of `candidates` (each compared in constant time): rotation on our
-    /// side, several signatures on the sender's.
-    pub fn any_signed(&self, parts: &[&[u8]], candidates: &[Vec<u8>]) -> bool {
-        self.iter().any(|secret| {
+    /// The position of the first secret under which the HMAC-SHA256 of
+    /// `parts` equals any of `candidates` (each compared in constant time):
+    /// rotation on our side, several signatures on the sender's. `None` when
+    /// none does.
+    pub fn any_signed(&self, parts: &[&[u8]], candidates: &[Vec<u8>]) -> Option<usize> {
+        self.iter().position(|secret| {
             let tag = Tag::sha256(secret, parts);
             candidates.iter().any(|candidate| tag.matches(candidate))
         })
@@ -133,12 +172,35 @@ mod tests {
     }
 
     #[test]
-    fn secrets_split_on_commas_and_whitespace() {
-        let secrets = Secrets::parse(" a,b\n c\t,, d ").unwrap();
+    fn secrets_split_on_commas_and_newlines_only() {
+        let secrets =
+            Secrets::parse(" first_secret,second_secret\n third_secret\t,, \r\n").unwrap();
         let got: Vec<&[u8]> = secrets.iter().collect();
-        assert_eq!(got, vec![&b"a"[..], b"b", b"c", b"d"]);
-        assert!(Secrets::parse(" , \n").is_none());
-        assert!(Secrets::parse("").is_none());
+        assert_eq!(
+            got,
+            vec![&b"first_secret"[..], b"second_secret", b"third_secret"]
+        );
+        assert!(Secrets::parse(" , \n").is_err());
+        assert!(Secrets::parse("").is_err());
+    }
+
+    #[test]
+    fn a_weak_or_pasted_secret_is_an_error_that_does_not_echo_it() {
+        let phrase = Secrets::parse("my team hook secret").unwrap_err();
+        assert!(phrase.contains("whitespace"), "{phrase}");
+        assert!(!phrase.contains("team"), "{phrase}");
+        let short = Secrets::parse("long_enough_secret, abc1234").unwrap_err();
+        assert_eq!(short, "secret 1 is shorter than 8 bytes");
+        assert!(Secrets::parse("exactly8").is_ok());
+    }
+
+    #[test]
+    fn any_signed_names_the_secret_that_matched() {
+        let secrets = Secrets::parse("current_secret, previous_secret").unwrap();
+        let by_previous = Tag::sha256(b"previous_secret", &[b"body"]).bytes();
+        assert_eq!(secrets.any_signed(&[b"body"], &[by_previous]), Some(1));
+        let forged = Tag::sha256(b"someone_else", &[b"body"]).bytes();
+        assert_eq!(secrets.any_signed(&[b"body"], &[forged]), None);
     }
 
     #[test]

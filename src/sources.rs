@@ -86,7 +86,36 @@ pub fn lookup(env: &Env, name: &str) -> Result<Option<SourceConfig>, ConfigError
 }
 
 fn parse(name: &str, json: &str) -> Result<SourceConfig, ConfigError> {
-    serde_json::from_str(json).map_err(|e| ConfigError(format!("SOURCES.{name}: {e}")))
+    let config: SourceConfig = serde_json::from_str(json).map_err(|e| {
+        ConfigError(format!(
+            "SOURCES.{name}: {}",
+            without_values(&e.to_string())
+        ))
+    })?;
+    let is_variable_name =
+        |var: &str| !var.is_empty() && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if config
+        .secret
+        .as_deref()
+        .is_some_and(|var| !is_variable_name(var))
+    {
+        // Likely the secret itself, pasted where its variable's name goes:
+        // say so without repeating it.
+        return Err(ConfigError(format!(
+            "SOURCES.{name}.secret must name a variable (letters, digits, _), not hold the secret"
+        )));
+    }
+    Ok(config)
+}
+
+/// A decoding error without the values it quotes (`invalid type: string
+/// "…"`): a setting's value may be a secret pasted in the wrong place.
+fn without_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for (i, part) in message.split('"').enumerate() {
+        out.push_str(if i % 2 == 1 { "…" } else { part });
+    }
+    out
 }
 
 #[cfg(test)]
@@ -116,5 +145,24 @@ mod tests {
             parse("acme", r#"{"secret":"x"}"#).is_err(),
             "provider is required"
         );
+    }
+
+    #[test]
+    fn a_secret_pasted_into_a_setting_is_never_repeated() {
+        let pasted = parse(
+            "acme",
+            r#"{"provider":"github","secret":"whsec_abc/def+ghi="}"#,
+        );
+        let error = pasted.unwrap_err().0;
+        assert!(error.contains("must name a variable"), "{error}");
+        assert!(!error.contains("whsec_abc"), "{error}");
+        let typed = parse(
+            "acme",
+            r#"{"provider":"github","tolerance_secs":"whsec_abc"}"#,
+        );
+        let error = typed.unwrap_err().0;
+        assert!(error.starts_with("SOURCES.acme: invalid type"), "{error}");
+        assert!(!error.contains("whsec_abc"), "{error}");
+        assert!(parse("acme", r#"{"provider":"github","secret":"ACME_SECRET_2"}"#).is_ok());
     }
 }

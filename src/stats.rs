@@ -1,5 +1,8 @@
 //! Per-source delivery counters for operators: `received`, `processed`,
-//! `duplicate`, `accepted`, `handshake` and `rejected:<reason>`.
+//! `duplicate`, `accepted`, `failed`, `handshake`, `rejected:<reason>`,
+//! `replayed_body`, and `secret:<position>` — which configured secret
+//! verified each delivery, so that the old secret of a rotation can be
+//! retired once its count stops growing.
 //!
 //! Counting must not slow the delivery path or put D1 on a replay's way, so
 //! each isolate counts in memory and adds its counts to D1

@@ -18,7 +18,7 @@ const ED = generateKeyPairSync("ed25519");
 const ED_PUBLIC = `whpk_${ED.publicKey.export({ format: "der", type: "spki" }).subarray(-32).toString("base64")}`;
 
 const SECRETS = {
-  STD_WEBHOOK_SECRET: `${STD_SECRET} ${ED_PUBLIC}`,
+  STD_WEBHOOK_SECRET: `${STD_SECRET},${ED_PUBLIC}`,
   CLERK_WEBHOOK_SECRET: STD_SECRET,
   SHOP_WEBHOOK_SECRET: "shpss_e2e",
   SLACK_WEBHOOK_SECRET: "slack-e2e-signing-secret",

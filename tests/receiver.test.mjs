@@ -217,9 +217,13 @@ describe("an effect that never succeeds", () => {
       assert.equal(state.effect_attempts, 3);
       assert.equal(state.last_error, "injected fault: before effect");
       assert.equal(await fragile.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 0);
-      // A later copy is held as a duplicate: the event waits for an operator.
-      assert.equal((await send()).outcome, "duplicate");
-      assert.equal((await fragile.inboxState(`stripe:${id}`)).state, "failed");
+      // A later copy reopens it for one more attempt, which fails too: the
+      // reply says so, and the event waits for an operator.
+      assert.equal((await send()).outcome, "failed");
+      const after = await fragile.inboxState(`stripe:${id}`);
+      assert.equal(after.state, "failed");
+      assert.equal(after.effect_attempts, 4);
+      assert.equal(await fragile.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 0);
     } finally {
       await fragile.dispose();
     }

@@ -62,31 +62,50 @@ pub fn fixture(provider: &str, id: &str, now: u64) -> Result<Fixture, String> {
             vec![],
             1,
         ),
+        // Where the id is an unsigned header, the worker fences on the body
+        // too, so distinct events need distinct bodies (as real ones have).
         "github" => (
-            r#"{"action":"created","repository":{"full_name":"selftest/repo"},"sender":{"login":"selftest"}}"#.into(),
+            format!(
+                r#"{{"action":"created","starred_at":"{now}","repository":{{"full_name":"selftest/repo"}},"sender":{{"login":"selftest-{id}"}}}}"#
+            ),
             vec![h("x-github-delivery", id), h("x-github-event", "star")],
             1,
         ),
         "standard-webhooks" | "svix" => {
-            let prefix = if provider == "svix" { "svix" } else { "webhook" };
+            let prefix = if provider == "svix" {
+                "svix"
+            } else {
+                "webhook"
+            };
             (
                 r#"{"type":"selftest.ping","data":{}}"#.into(),
-                vec![(format!("{prefix}-id"), id.into()), (format!("{prefix}-timestamp"), now.to_string())],
+                vec![
+                    (format!("{prefix}-id"), id.into()),
+                    (format!("{prefix}-timestamp"), now.to_string()),
+                ],
                 0,
             )
         }
         "shopify" => (
-            r#"{"id":1,"email":"selftest@example.com"}"#.into(),
-            vec![h("x-shopify-event-id", id), h("x-shopify-topic", "orders/create")],
+            format!(r#"{{"id":"{id}","email":"selftest@example.com"}}"#),
+            vec![
+                h("x-shopify-event-id", id),
+                h("x-shopify-topic", "orders/create"),
+            ],
             0,
         ),
         "slack" => (
-            format!(r#"{{"type":"event_callback","event_id":"{id}","event":{{"type":"app_mention"}}}}"#),
+            format!(
+                r#"{{"type":"event_callback","event_id":"{id}","event":{{"type":"app_mention"}}}}"#
+            ),
             vec![h("x-slack-request-timestamp", &now.to_string())],
             0,
         ),
         "linear" => (
-            format!(r#"{{"action":"create","type":"Issue","data":{{"id":"selftest"}},"webhookTimestamp":{}}}"#, now * 1000),
+            format!(
+                r#"{{"action":"create","type":"Issue","data":{{"id":"{id}"}},"webhookTimestamp":{}}}"#,
+                now * 1000
+            ),
             vec![h("linear-delivery", id)],
             0,
         ),
@@ -96,11 +115,19 @@ pub fn fixture(provider: &str, id: &str, now: u64) -> Result<Fixture, String> {
             0,
         ),
         "twilio" => (
-            "MessageSid=SMselftest&MessageStatus=delivered".into(),
-            vec![h("i-twilio-idempotency-token", id), h("content-type", "application/x-www-form-urlencoded")],
+            format!("MessageSid=SM{id}&MessageStatus=delivered"),
+            vec![
+                h("i-twilio-idempotency-token", id),
+                h("content-type", "application/x-www-form-urlencoded"),
+            ],
             0,
         ),
-        other => return Err(format!("unknown provider '{other}' (one of: {})", PROVIDERS.join(", "))),
+        other => {
+            return Err(format!(
+                "unknown provider '{other}' (one of: {})",
+                PROVIDERS.join(", ")
+            ))
+        }
     };
     Ok(Fixture {
         body,

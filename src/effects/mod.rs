@@ -5,7 +5,14 @@
 //! The ledger row (`processed_events`, primary key `(source, event_id)`) is a
 //! plain INSERT placed first in the batch. A second attempt at the same event
 //! fails on it and rolls back everything else, which is what makes
-//! non-idempotent writes (a counter increment) happen exactly once. To add an
+//! non-idempotent writes (a counter increment) happen exactly once.
+//!
+//! Where the signature does not cover the event id, the row also holds the
+//! body's SHA-256, unique per source: the fence against a signed body resent
+//! under a fresh id. GitHub, Shopify, Linear, Twilio and header-keyed generic
+//! HMAC sign the body but not the header carrying the id, so anyone who saw
+//! one delivery could otherwise apply it again and again. A replayed body's
+//! batch rolls back like any duplicate's, whatever id it came under. To add an
 //! effect, write a function returning statements (see `stars.rs`) and add an
 //! arm to [`plan`].
 //!
@@ -66,7 +73,7 @@ pub struct Statement {
 pub struct PlanError(pub String);
 
 const LEDGER_INSERT: &str = "INSERT INTO processed_events \
-     (source, event_id, type, received_at, processed_at) VALUES (?1, ?2, ?3, ?4, ?5)";
+     (source, event_id, type, received_at, processed_at, body_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
 /// An event's effect: the batch to commit, and the keys of the outbox rows
 /// it writes (to enqueue once it has committed).
@@ -88,6 +95,10 @@ pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
             event.kind.as_str().into(),
             event.received_at.into(),
             now.into(),
+            event
+                .fence_body
+                .then_some(event.body_sha256.as_str())
+                .into(),
         ],
     };
     let body = event.body.as_str();
@@ -108,11 +119,11 @@ pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
                 (subscriptions::set_state(body, &event.id, now)?, Vec::new())
             }
             ("github", "star.created") => {
-                let star = stars::StarEvent::from_event(body)?;
+                let star = stars::StarEvent::from_event(body, true)?;
                 (stars::count(&star, 1), vec![notify_chat::intent(&star)])
             }
             ("github", "star.deleted") => {
-                let star = stars::StarEvent::from_event(body)?;
+                let star = stars::StarEvent::from_event(body, false)?;
                 (stars::count(&star, -1), Vec::new())
             }
             // Any other event: the ledger row alone records that it was handled.
@@ -130,30 +141,64 @@ pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
 }
 
 /// How an apply attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
     /// This attempt committed the effect.
     Now,
     /// The ledger already held the event: an earlier attempt committed the
     /// effect (its reply or its "done" mark was lost). Success, not an error.
     Earlier,
+    /// The ledger holds this source's same signed body under another event
+    /// id (`of`): a replayed body. Its effect already happened; nothing is
+    /// done again.
+    Replayed { of: String },
 }
 
-/// Runs the planned batch as one D1 transaction.
-pub async fn apply(db: &worker::D1Database, batch: Vec<Statement>) -> worker::Result<Applied> {
+/// Runs the planned batch for `event` as one D1 transaction.
+pub async fn apply(
+    db: &worker::D1Database,
+    event: &VerifiedEvent,
+    batch: Vec<Statement>,
+) -> worker::Result<Applied> {
     let statements = batch
         .into_iter()
         .map(|s| db.prepare(s.sql).bind(&to_js(s.params)))
         .collect::<worker::Result<Vec<_>>>()?;
     match db.batch(statements).await {
         Ok(_) => Ok(Applied::Now),
-        Err(e) if is_ledger_conflict(&e.to_string()) => Ok(Applied::Earlier),
+        Err(e) if is_ledger_conflict(&e.to_string()) => ledger_holder(db, event).await,
         Err(e) => Err(e),
     }
 }
 
-/// SQLite reports a primary-key clash as a UNIQUE constraint failure naming
-/// the table; only the ledger's counts as "already applied".
+/// After a ledger clash: which row the event clashed with. Its own id first
+/// (an earlier attempt), else the row holding the same body (a replay).
+async fn ledger_holder(db: &worker::D1Database, event: &VerifiedEvent) -> worker::Result<Applied> {
+    let holder = db
+        .prepare(
+            "SELECT event_id FROM processed_events \
+             WHERE source = ?1 AND (event_id = ?2 OR body_sha256 = ?3) \
+             ORDER BY event_id = ?2 DESC LIMIT 1",
+        )
+        .bind(&to_js(vec![
+            event.source.as_str().into(),
+            event.id.as_str().into(),
+            event
+                .fence_body
+                .then_some(event.body_sha256.as_str())
+                .into(),
+        ]))?
+        .first::<String>(Some("event_id"))
+        .await?;
+    match holder {
+        Some(id) if id == event.id => Ok(Applied::Earlier),
+        Some(id) => Ok(Applied::Replayed { of: id }),
+        None => Err("the ledger reported a clash but holds no matching row".into()),
+    }
+}
+
+/// SQLite reports a primary-key or unique-index clash as a UNIQUE constraint
+/// failure naming the table; only the ledger's counts as "already applied".
 fn is_ledger_conflict(message: &str) -> bool {
     message.contains("UNIQUE constraint failed: processed_events")
 }
@@ -198,6 +243,8 @@ mod tests {
             id: "evt_1".into(),
             kind: kind.into(),
             body: body.into(),
+            body_sha256: crate::event::sha256_hex(body.as_bytes()),
+            fence_body: true,
             received_at: 1_000,
         }
     }
@@ -215,7 +262,8 @@ mod tests {
                     "evt_1".into(),
                     "ping".into(),
                     Value::Int(1_000),
-                    Value::Int(2_000)
+                    Value::Int(2_000),
+                    crate::event::sha256_hex(b"{}").into(),
                 ],
             }]
         );
@@ -223,7 +271,7 @@ mod tests {
 
     #[test]
     fn writes_then_outbox_rows_follow_the_ledger_row() {
-        let body = r#"{"action":"created","repository":{"full_name":"o/r"}}"#;
+        let body = r#"{"action":"created","starred_at":"2026-01-01T00:00:00Z","repository":{"full_name":"o/r"}}"#;
         let plan = plan(&event("github", "star.created", body), 2_000).unwrap();
         assert_eq!(plan.batch.len(), 3);
         assert_eq!(plan.batch[0].sql, LEDGER_INSERT);

@@ -2,6 +2,11 @@
 //!
 //! An increment is not idempotent: run twice, it counts twice. It is here on
 //! purpose, to show the ledger row in the same batch making it exactly-once.
+//!
+//! GitHub does not sign `X-GitHub-Event`, the header that says this is a
+//! star: anyone holding a signed `issue_comment` body could resend it
+//! labelled `star`. So the body must have a star's own shape — `starred_at`,
+//! a time when starred, `null` when unstarred — before the counter moves.
 
 use serde::Deserialize;
 
@@ -12,6 +17,9 @@ use super::{parse, PlanError, Statement};
 pub struct StarEvent {
     pub repository: Repository,
     pub sender: Option<Sender>,
+    /// Present in every star event, and only there: required, so that a
+    /// body of another type is refused (`Value` has no default when absent).
+    starred_at: serde_json::Value,
 }
 
 #[derive(Deserialize)]
@@ -25,8 +33,21 @@ pub struct Sender {
 }
 
 impl StarEvent {
-    pub fn from_event(body: &str) -> Result<Self, PlanError> {
-        parse(body)
+    /// Reads a `star.created` (`starred` true) or `star.deleted` body, and
+    /// refuses one that lacks a star's shape.
+    pub fn from_event(body: &str, starred: bool) -> Result<Self, PlanError> {
+        let star: StarEvent = parse(body)?;
+        let shaped = if starred {
+            star.starred_at.is_string()
+        } else {
+            star.starred_at.is_null()
+        };
+        if !shaped {
+            return Err(PlanError(
+                "not a star event: starred_at must be a time when starred, null when not".into(),
+            ));
+        }
+        Ok(star)
     }
 }
 
@@ -48,13 +69,30 @@ mod tests {
 
     #[test]
     fn moves_the_named_repository_by_delta() {
-        let body = r#"{"action":"deleted","repository":{"full_name":"octo/cat"}}"#;
-        let plan = count(&StarEvent::from_event(body).unwrap(), -1);
+        let body =
+            r#"{"action":"deleted","starred_at":null,"repository":{"full_name":"octo/cat"}}"#;
+        let plan = count(&StarEvent::from_event(body, false).unwrap(), -1);
         assert_eq!(plan[0].params, vec!["octo/cat".into(), Value::Int(-1)]);
     }
 
     #[test]
     fn a_star_without_repository_is_a_plan_error() {
-        assert!(StarEvent::from_event(r#"{"action":"created"}"#).is_err());
+        let body = r#"{"action":"created","starred_at":"2026-01-01T00:00:00Z"}"#;
+        assert!(StarEvent::from_event(body, true).is_err());
+    }
+
+    #[test]
+    fn a_body_without_a_stars_shape_is_a_plan_error() {
+        let comment =
+            r#"{"action":"created","comment":{"body":"hi"},"repository":{"full_name":"o/r"}}"#;
+        assert!(StarEvent::from_event(comment, true).is_err());
+        let created = r#"{"starred_at":"2026-01-01T00:00:00Z","repository":{"full_name":"o/r"}}"#;
+        let deleted = r#"{"starred_at":null,"repository":{"full_name":"o/r"}}"#;
+        assert!(StarEvent::from_event(created, true).is_ok());
+        assert!(StarEvent::from_event(deleted, false).is_ok());
+        assert!(StarEvent::from_event(created, false).is_err());
+        assert!(StarEvent::from_event(deleted, true).is_err());
+        let number = r#"{"starred_at":5,"repository":{"full_name":"o/r"}}"#;
+        assert!(StarEvent::from_event(number, false).is_err());
     }
 }

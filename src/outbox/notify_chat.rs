@@ -40,8 +40,8 @@ mod tests {
 
     #[test]
     fn the_message_names_who_and_what() {
-        let body = r#"{"action":"created","repository":{"full_name":"octo/cat"},"sender":{"login":"mona"}}"#;
-        let side_effect = intent(&StarEvent::from_event(body).unwrap());
+        let body = r#"{"action":"created","starred_at":"2026-01-01T00:00:00Z","repository":{"full_name":"octo/cat"},"sender":{"login":"mona"}}"#;
+        let side_effect = intent(&StarEvent::from_event(body, true).unwrap());
         assert_eq!(side_effect.action, ACTION);
         assert_eq!(side_effect.payload, r#"{"text":"mona starred octo/cat"}"#);
     }

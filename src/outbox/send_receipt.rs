@@ -45,7 +45,8 @@ pub async fn perform(payload: &str, key: &str, env: &Env) -> Result<Performed, S
     let Some(api) = config::optional(env, "EMAIL_API_URL") else {
         return Ok(Performed::Skipped("EMAIL_API_URL is not set"));
     };
-    let receipt: Receipt = serde_json::from_str(payload).map_err(|e| e.to_string())?;
+    let receipt: Receipt =
+        serde_json::from_str(payload).map_err(|_| "unreadable receipt payload".to_string())?;
     #[derive(Serialize)]
     struct Email<'a> {
         from: &'a str,
@@ -60,7 +61,7 @@ pub async fn perform(payload: &str, key: &str, env: &Env) -> Result<Performed, S
         subject: &receipt.subject,
         text: &receipt.text,
     };
-    let body = serde_json::to_string(&email).map_err(|e| e.to_string())?;
+    let body = serde_json::to_string(&email).map_err(|_| "unencodable email".to_string())?;
     let bearer = config::optional(env, "EMAIL_API_KEY");
     let url = format!("{}/emails", api.trim_end_matches('/'));
     post_json(&url, &body, key, bearer.as_deref()).await?;

@@ -30,10 +30,10 @@ impl Provider for Linear {
         "linear"
     }
 
-    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<(), Rejection> {
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection> {
         let header = required_header(req, "linear-signature").ok_or(Rejection::MissingSignature)?;
         let candidate = hex_tag(header, "")?;
-        verdict(
+        let secret = verdict(
             ctx.secrets.any_signed(&[&req.body], &[candidate]),
             None,
             ctx,
@@ -42,7 +42,7 @@ impl Provider for Linear {
         let sent_at = payload(req)?
             .webhook_timestamp
             .ok_or_else(|| Rejection::MalformedBody("no webhookTimestamp".into()))?;
-        verdict(true, Some(sent_at / 1000), ctx)
+        verdict(Some(secret), Some(sent_at / 1000), ctx)
     }
 
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {
@@ -80,13 +80,13 @@ mod tests {
     }
 
     fn verify_at(sig: Option<&str>, secrets: &str, body: &str, now: u64) -> Result<(), Rejection> {
-        let secrets = Secrets::parse(secrets).unwrap();
+        let secrets = Secrets::split(secrets);
         let ctx = VerifyContext {
             secrets: &secrets,
             now,
             tolerance: 300,
         };
-        Linear.verify(&request(sig, body), &ctx)
+        Linear.verify(&request(sig, body), &ctx).map(drop)
     }
 
     #[test]

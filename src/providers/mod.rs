@@ -159,11 +159,20 @@ pub trait Provider {
     }
 
     /// Checks the signature over the raw request. Runs before anything
-    /// parses the body.
-    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<(), Rejection>;
+    /// parses the body. Returns the position of the secret that verified
+    /// it, so operators can see when a rotated-out secret goes unused.
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection>;
 
     /// Reads the event id and type. Only called on a verified request.
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection>;
+
+    /// Whether the signature covers the event id. Where it does not (the id
+    /// is an unsigned header), the ledger also fences on the body, so that a
+    /// signed body resent under a fresh id is a duplicate. Where it does,
+    /// two events may legitimately share a body, and only the id counts.
+    fn signs_event_id(&self) -> bool {
+        false
+    }
 }
 
 /// The registry: a source's `provider` setting to its verifier. Only the
@@ -200,16 +209,19 @@ fn hex_tag(header: &str, prefix: &str) -> Result<Vec<u8>, Rejection> {
 
 /// The verdict on a signed request: the signature first — nothing about a
 /// forged request is trusted, its timestamp included — then the window, for
-/// schemes that sign a time.
-fn verdict(authentic: bool, signed_at: Option<u64>, ctx: &VerifyContext) -> Result<(), Rejection> {
-    if !authentic {
-        return Err(Rejection::BadSignature);
-    }
+/// schemes that sign a time. `signed_by` is the position of the secret that
+/// matched, if one did; it is what a verified request returns.
+fn verdict(
+    signed_by: Option<usize>,
+    signed_at: Option<u64>,
+    ctx: &VerifyContext,
+) -> Result<usize, Rejection> {
+    let secret = signed_by.ok_or(Rejection::BadSignature)?;
     match signed_at {
         Some(at) if !within_window(at, ctx.now, ctx.tolerance) => {
             Err(Rejection::TimestampOutsideWindow)
         }
-        _ => Ok(()),
+        _ => Ok(secret),
     }
 }
 

@@ -23,6 +23,9 @@ pub struct StandardWebhooks {
     signature_header: &'static str,
 }
 
+/// The shortest HMAC key a `whsec_` secret may decode to.
+const MIN_KEY_BYTES: usize = 16;
+
 /// A configured secret, decoded.
 enum Key {
     /// `whsec_…`: the HMAC key (the prefix is optional, as in the reference libraries).
@@ -41,6 +44,13 @@ impl Key {
         }
         let encoded = text.strip_prefix("whsec_").unwrap_or(text);
         let bytes = base64_decode(encoded).ok_or("a whsec_ secret is not base64")?;
+        // The reference libraries generate 24 to 64 random bytes; fewer
+        // than 16 is a truncated paste, and none at all a key anyone has.
+        if bytes.len() < MIN_KEY_BYTES {
+            return Err(format!(
+                "a whsec_ secret decodes to fewer than {MIN_KEY_BYTES} bytes"
+            ));
+        }
         Ok(Key::Symmetric(bytes))
     }
 }
@@ -70,11 +80,16 @@ impl Provider for StandardWebhooks {
         self.name
     }
 
+    /// The id header is part of the signed content.
+    fn signs_event_id(&self) -> bool {
+        true
+    }
+
     fn check_secret(&self, secret: &[u8]) -> Result<(), String> {
         Key::parse(secret).map(|_| ())
     }
 
-    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<(), Rejection> {
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection> {
         let id = required_header(req, self.id_header).ok_or(Rejection::MissingSignature)?;
         let timestamp_text =
             required_header(req, self.timestamp_header).ok_or(Rejection::MissingSignature)?;
@@ -95,7 +110,11 @@ impl Provider for StandardWebhooks {
             return Err(Rejection::MalformedSignature);
         }
 
-        let keys = ctx.secrets.iter().filter_map(|s| Key::parse(s).ok());
+        let keys = ctx
+            .secrets
+            .iter()
+            .enumerate()
+            .filter_map(|(position, s)| Some((position, Key::parse(s).ok()?)));
         let parts: [&[u8]; 5] = [
             id.as_bytes(),
             b".",
@@ -104,23 +123,26 @@ impl Provider for StandardWebhooks {
             &req.body,
         ];
         let mut signed_content: Option<Vec<u8>> = None;
-        let authentic = keys.into_iter().any(|key| match key {
-            Key::Symmetric(secret) => {
-                let tag = Tag::sha256(&secret, &parts);
-                candidates
-                    .iter()
-                    .any(|(version, sig)| *version == "v1" && tag.matches(sig))
-            }
-            Key::Public(public) => {
-                let content = signed_content.get_or_insert_with(|| parts.concat());
-                candidates.iter().any(|(version, sig)| {
-                    *version == "v1a"
-                        && Signature::from_slice(sig)
-                            .is_ok_and(|sig| public.verify(&content[..], &sig).is_ok())
-                })
-            }
+        let signed_by = keys.into_iter().find_map(|(position, key)| {
+            let matched = match key {
+                Key::Symmetric(secret) => {
+                    let tag = Tag::sha256(&secret, &parts);
+                    candidates
+                        .iter()
+                        .any(|(version, sig)| *version == "v1" && tag.matches(sig))
+                }
+                Key::Public(public) => {
+                    let content = signed_content.get_or_insert_with(|| parts.concat());
+                    candidates.iter().any(|(version, sig)| {
+                        *version == "v1a"
+                            && Signature::from_slice(sig)
+                                .is_ok_and(|sig| public.verify(&content[..], &sig).is_ok())
+                    })
+                }
+            };
+            matched.then_some(position)
         });
-        verdict(authentic, Some(timestamp), ctx)
+        verdict(signed_by, Some(timestamp), ctx)
     }
 
     /// The type is the payload's `type`, the convention of the spec.
@@ -174,13 +196,15 @@ mod tests {
         sig: &str,
         now: u64,
     ) -> Result<(), Rejection> {
-        let secrets = Secrets::parse(secrets).unwrap();
+        let secrets = Secrets::split(secrets);
         let ctx = VerifyContext {
             secrets: &secrets,
             now,
             tolerance: 300,
         };
-        provider.verify(&request(provider, Some(sig), &TS.to_string(), BODY), &ctx)
+        provider
+            .verify(&request(provider, Some(sig), &TS.to_string(), BODY), &ctx)
+            .map(drop)
     }
 
     #[test]
@@ -205,7 +229,7 @@ mod tests {
             verify_with(&provider, PUBLIC, SIG, TS),
             Err(Rejection::BadSignature)
         );
-        let secrets = Secrets::parse(PUBLIC).unwrap();
+        let secrets = Secrets::split(PUBLIC);
         let ctx = VerifyContext {
             secrets: &secrets,
             now: TS,
@@ -253,7 +277,7 @@ mod tests {
     #[test]
     fn missing_garbled_and_wrong_version_headers() {
         let provider = StandardWebhooks::standard();
-        let secrets = Secrets::parse(SECRET).unwrap();
+        let secrets = Secrets::split(SECRET);
         let ctx = VerifyContext {
             secrets: &secrets,
             now: TS,

@@ -71,6 +71,12 @@ export function subscriptionEvent({ id = uniqueId("evt"), type, created, subscri
   });
 }
 
-export function starEvent({ action = "created", repo, sender = "octocat" }) {
-  return JSON.stringify({ action, starred_at: null, repository: { full_name: repo }, sender: { login: sender } });
+/**
+ * A GitHub star event. Like GitHub's, it names who starred and when, so two
+ * distinct stars have distinct bodies (the worker fences on the body, since
+ * GitHub does not sign the delivery id).
+ */
+export function starEvent({ action = "created", repo, sender = uniqueId("user") }) {
+  const starred_at = action === "created" ? new Date().toISOString() : null;
+  return JSON.stringify({ action, starred_at, repository: { full_name: repo }, sender: { login: sender } });
 }

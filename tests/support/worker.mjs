@@ -58,10 +58,16 @@ export async function startWorker(vars = {}, options = {}) {
   const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
   const target = fakeTarget();
   const outboundService = (request) => target.handle(request);
+  // Every line the runtime logs, for tests of what is (and is not) logged.
+  const logs = [];
   const mf = new Miniflare({
     d1Persist: false,
     durableObjectsPersist: false,
     cf: false,
+    handleStructuredLogs: ({ message }) => {
+      logs.push(message);
+      if (process.env.WORKER_LOGS) console.error(message);
+    },
     ...shared,
     workers: [
       {
@@ -105,6 +111,17 @@ export async function startWorker(vars = {}, options = {}) {
     mf,
     db,
     target,
+    logs,
+    /** The JSON log lines with this `msg`. */
+    logged: (msg) =>
+      logs.flatMap((line) => {
+        try {
+          const json = JSON.parse(line);
+          return json.msg === msg ? [json] : [];
+        } catch {
+          return [];
+        }
+      }),
     /** POSTs to the worker; `init` as for fetch. */
     post(path, body, headers = {}) {
       return mf.dispatchFetch(`http://localhost${path}`, { method: "POST", body, headers });

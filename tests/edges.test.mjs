@@ -1,0 +1,355 @@
+// End to end: the guarantees at their edges — a signed body replayed under
+// fresh ids, a D1 outage longer than the retry budget, retention on every
+// path, and bodies at and past the size cap.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { request } from "node:http";
+
+import { SECRETS, eventually, startWorker } from "./support/worker.mjs";
+import { checkoutCompleted, githubHeaders, starEvent, stripeHeaders, uniqueId } from "./support/sign.mjs";
+
+const STRIPE = "whsec_test_current";
+const GITHUB = SECRETS.GITHUB_WEBHOOK_SECRET;
+const TOKEN = "edges-admin-token";
+
+let w;
+before(async () => {
+  w = await startWorker(
+    { ADMIN_TOKEN: TOKEN, NOTIFY_URL: "http://chat.test/hook", OUTBOX_RELAY_GRACE_MS: "0" },
+    { port: 0 },
+  );
+});
+after(() => w.dispose());
+
+const reply = async (res) => ({ status: res.status, body: await res.json() });
+const sendStripe = (worker, body, headers = {}) =>
+  worker.post("/webhooks/stripe", body, { ...stripeHeaders(body, STRIPE), ...headers }).then(reply);
+const sendGithub = (body, delivery, event = "star") =>
+  w.post("/webhooks/github", body, githubHeaders(body, GITHUB, { delivery, event })).then(reply);
+const adminJson = async (worker, path, method = "GET") => {
+  const res = await worker.mf.dispatchFetch(`http://localhost/admin/api/${path}`, {
+    method,
+    headers: { authorization: `Bearer ${TOKEN}` },
+  });
+  assert.equal(res.status, 200, `${path}: ${res.status}`);
+  return res.json();
+};
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Counts of every table an effect could touch. */
+async function tableCounts(worker) {
+  const counts = {};
+  for (const table of ["processed_events", "orders", "subscriptions", "repo_stars", "outbox", "failed_events"]) {
+    counts[table] = await worker.scalar(`SELECT count(*) FROM ${table}`);
+  }
+  return counts;
+}
+
+describe("a signed body replayed under fresh ids", () => {
+  test("one GitHub star body under 5 fresh delivery ids: the counter moves once, one chat message", async () => {
+    const repo = `octo/${uniqueId("repo")}`;
+    const body = starEvent({ repo });
+    const ids = Array.from({ length: 5 }, () => uniqueId("delivery"));
+    const first = await sendGithub(body, ids[0]);
+    assert.deepEqual(first, { status: 200, body: { outcome: "processed", key: `github:${ids[0]}` } });
+    // The rest at once, as an attacker replaying a captured delivery would.
+    const replays = await Promise.all(ids.slice(1).map((id) => sendGithub(body, id)));
+    for (const [i, r] of replays.entries()) {
+      assert.deepEqual(r, { status: 200, body: { outcome: "duplicate", key: `github:${ids[i + 1]}` } });
+    }
+    assert.equal(await w.scalar("SELECT stars FROM repo_stars WHERE repo = ?", repo), 1);
+    assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE source = 'github' AND event_id IN (?, ?, ?, ?, ?)", ...ids), 1);
+    assert.equal(await w.scalar("SELECT count(*) FROM outbox WHERE event_id IN (?, ?, ?, ?, ?)", ...ids), 1);
+    // The delivery log of a replay names the event it repeats.
+    const state = await w.inboxState(`github:${ids[3]}`);
+    assert.equal(state.state, "done");
+    assert.equal(state.attempts[0].copy, "replayed_body");
+    assert.equal(state.attempts[0].duplicate_of, `github:${ids[0]}`);
+    const chat = () => w.target.calls.filter((c) => c.url.startsWith("http://chat.test") && c.body.includes(repo));
+    await eventually(() => chat().length >= 1, 10_000, "the chat message");
+    await sleep(1500);
+    assert.equal(chat().length, 1, "one chat message, not one per replay");
+  });
+
+  test("a signed comment relabelled as a star is refused and changes no table", async () => {
+    const repo = `octo/${uniqueId("repo")}`;
+    const comment = JSON.stringify({
+      action: "created",
+      issue: { number: 1, title: "hello" },
+      comment: { id: 7, body: "nice" },
+      repository: { full_name: repo },
+      sender: { login: "mallory" },
+    });
+    const before = await tableCounts(w);
+    const delivery = uniqueId("delivery");
+    const res = await sendGithub(comment, delivery, "star");
+    assert.deepEqual(res, { status: 400, body: { error: "malformed_body" } });
+    assert.deepEqual(await tableCounts(w), before);
+    assert.equal(await w.inboxState(`github:${delivery}`), null);
+    // As what it is, it is an ordinary event: the ledger row only.
+    assert.equal((await sendGithub(comment, uniqueId("delivery"), "issue_comment")).body.outcome, "processed");
+    assert.equal(await w.scalar("SELECT stars FROM repo_stars WHERE repo = ?", repo), null);
+  });
+
+  test("where the signature covers the id, equal bodies under two ids are two events", async () => {
+    // Stripe signs the body, which holds the id: the fence never sees two
+    // ids with one body. Standard Webhooks signs the id itself.
+    const body = JSON.stringify({ type: "ping", data: {} });
+    const { createHmac } = await import("node:crypto");
+    const key = Buffer.from("c2VjcmV0LWtleS1mb3ItdGVzdHMtMTIzNDU2", "base64");
+    const sources = JSON.stringify({ std: { provider: "standard-webhooks", secret: "STD_SECRET" } });
+    const std = await startWorker({ SOURCES: JSON.parse(sources), STD_SECRET: "whsec_c2VjcmV0LWtleS1mb3ItdGVzdHMtMTIzNDU2" });
+    try {
+      for (const id of ["msg_a", "msg_b"]) {
+        const t = Math.floor(Date.now() / 1000);
+        const sig = createHmac("sha256", key).update(`${id}.${t}.${body}`).digest("base64");
+        const res = await std.post("/webhooks/std", body, {
+          "webhook-id": id,
+          "webhook-timestamp": String(t),
+          "webhook-signature": `v1,${sig}`,
+        });
+        assert.deepEqual(await reply(res), { status: 200, body: { outcome: "processed", key: `std:${id}` } });
+      }
+    } finally {
+      await std.dispose();
+    }
+  });
+});
+
+describe("no acknowledged event is lost or stuck", () => {
+  test("D1 down past the retry budget, failed_events unwritable too: listed once D1 is back, and a resend applies it once", async () => {
+    const o = await startWorker({ ADMIN_TOKEN: TOKEN, EFFECT_MAX_ATTEMPTS: "3", EFFECT_RETRY_BASE_MS: "100" });
+    try {
+      const session = uniqueId("cs");
+      const body = checkoutCompleted({ session });
+      const id = JSON.parse(body).id;
+      const downUntil = Date.now() + 3_000;
+      const first = await sendStripe(o, body, { "x-test-fault": `d1-down-until:${downUntil}` });
+      assert.deepEqual(first.body, { outcome: "accepted", key: `stripe:${id}` });
+      const failed = await eventually(async () => {
+        const s = await o.inboxState(`stripe:${id}`);
+        return s.state === "failed" && s;
+      }, 10_000, "the budget to run out");
+      assert.ok(Date.now() < downUntil, "the budget ran out while D1 was down");
+      assert.equal(failed.reported, false);
+      assert.equal(await o.scalar("SELECT count(*) FROM failed_events WHERE event_id = ?", id), 0);
+      // D1 comes back: the inbox's alarm writes the report it owes.
+      await eventually(async () => (await o.inboxState(`stripe:${id}`)).reported, 15_000, "the failure report");
+      const listed = (await adminJson(o, "events?status=failed")).events;
+      assert.ok(listed.some((e) => e.event_id === id), JSON.stringify(listed));
+      // A resend (Stripe's retry, or the merchant's button) reopens it.
+      assert.deepEqual((await sendStripe(o, body)).body, { outcome: "processed", key: `stripe:${id}` });
+      assert.equal(await o.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+      assert.equal(await o.scalar("SELECT count(*) FROM orders WHERE checkout_session_id = ?", session), 1);
+      assert.equal(await o.scalar("SELECT count(*) FROM failed_events WHERE event_id = ?", id), 0);
+      assert.equal((await sendStripe(o, body)).body.outcome, "duplicate");
+      assert.equal(await o.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+    } finally {
+      await o.dispose();
+    }
+  });
+
+  test("an event done by an alarm retry is forgotten at retention", async () => {
+    const short = await startWorker({ RETENTION: "3s" });
+    try {
+      const body = checkoutCompleted();
+      const id = JSON.parse(body).id;
+      const res = await sendStripe(short, body, { "x-test-fault": "fail-before-effect" });
+      assert.equal(res.body.outcome, "accepted");
+      await eventually(async () => (await short.inboxState(`stripe:${id}`)).state === "done", 10_000, "the alarm retry");
+      await eventually(async () => (await short.inboxState(`stripe:${id}`)) === null, 15_000, "the inbox to forget");
+      assert.equal(await short.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+    } finally {
+      await short.dispose();
+    }
+  });
+
+  test("a failed event outlives retention until an operator dismisses it", async () => {
+    const short = await startWorker({
+      ADMIN_TOKEN: TOKEN,
+      RETENTION: "2s",
+      EFFECT_MAX_ATTEMPTS: "2",
+      EFFECT_RETRY_BASE_MS: "100",
+    });
+    try {
+      const body = checkoutCompleted();
+      const id = JSON.parse(body).id;
+      await sendStripe(short, body, { "x-test-fault": "effect-always-fails" });
+      await eventually(async () => (await short.inboxState(`stripe:${id}`)).reported, 10_000, "the failure report");
+      await sleep(4_000);
+      assert.equal((await short.inboxState(`stripe:${id}`)).state, "failed", "kept past retention");
+
+      const dismissed = await adminJson(short, `events/stripe/${id}/dismiss`, "POST");
+      assert.equal(dismissed.outcome, "dismissed");
+      assert.ok(!(await adminJson(short, "events?status=failed")).events.some((e) => e.event_id === id));
+      const detail = await adminJson(short, `events/stripe/${id}`);
+      assert.ok(detail.records.failure.dismissed_at > 0, "the decision is on record");
+      const again = await short.mf.dispatchFetch(`http://localhost/admin/api/events/stripe/${id}/dismiss`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}` },
+      });
+      assert.equal(again.status, 409);
+      await again.arrayBuffer();
+      await eventually(async () => (await short.inboxState(`stripe:${id}`)) === null, 15_000, "the inbox to forget");
+      assert.equal(await short.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 0);
+    } finally {
+      await short.dispose();
+    }
+  });
+});
+
+/** POSTs `total` bytes in chunks without a Content-Length; resolves with the
+ * status and how many bytes had been written when the answer came. */
+function chunkedPost(url, total, headers = {}) {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: "POST", headers: { "transfer-encoding": "chunked", ...headers } });
+    const chunk = Buffer.alloc(64 * 1024, 0x61);
+    let written = 0;
+    let answered = false;
+    req.on("response", (res) => {
+      answered = true;
+      res.resume();
+      res.on("end", () => resolve({ status: res.statusCode, written }));
+    });
+    req.on("error", (e) => (answered ? undefined : reject(e)));
+    const pump = () => {
+      while (!answered && written < total) {
+        written += chunk.length;
+        if (!req.write(chunk)) return req.once("drain", pump);
+      }
+      if (!answered) req.end();
+    };
+    pump();
+  });
+}
+
+describe("memory is bounded whatever the request", () => {
+  test("a 64 MiB chunked POST is refused with 413 long before it is all sent; a valid event follows", async () => {
+    const origin = (await w.mf.ready).origin;
+    const sent = await chunkedPost(`${origin}/webhooks/stripe`, 64 * 1024 * 1024, { "stripe-signature": "t=1,v1=00" });
+    assert.equal(sent.status, 413);
+    assert.ok(sent.written < 16 * 1024 * 1024, `answered after ${sent.written} bytes`);
+    const login = await chunkedPost(`${origin}/admin/login`, 64 * 1024 * 1024, {
+      "content-type": "application/x-www-form-urlencoded",
+    });
+    assert.equal(login.status, 413);
+    assert.ok(login.written < 16 * 1024 * 1024, `login answered after ${login.written} bytes`);
+    const body = checkoutCompleted();
+    assert.equal((await sendStripe(w, body)).body.outcome, "processed");
+  });
+
+  test("a 1 MiB body of quotes and backslashes is stored, retried by the alarm and shown by the admin API", async () => {
+    const id = uniqueId("evt");
+    const skeleton = JSON.stringify({ id, type: "invoice.created", created: 1, data: { object: { note: "" } } });
+    const room = 1024 * 1024 - skeleton.length;
+    // Each `"\` pair in a JSON string is written as 4 bytes: \" and \\.
+    const note = '"\\'.repeat(Math.floor(room / 4));
+    const body = JSON.stringify({ id, type: "invoice.created", created: 1, data: { object: { note } } });
+    assert.ok(body.length <= 1024 * 1024 && body.length > 1024 * 1024 - 8, String(body.length));
+    const res = await sendStripe(w, body, { "x-test-fault": "fail-before-effect" });
+    assert.equal(res.body.outcome, "accepted");
+    await eventually(async () => (await w.inboxState(`stripe:${id}`)).state === "done", 10_000, "the alarm retry");
+    assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+    const detail = await adminJson(w, `events/stripe/${id}`);
+    assert.equal(detail.inbox.body, body);
+  });
+
+  test("a request replayed many times keeps a bounded delivery log, and a count of all", async () => {
+    const body = checkoutCompleted();
+    const id = JSON.parse(body).id;
+    const headers = stripeHeaders(body, STRIPE);
+    const copies = 250;
+    for (let sent = 0; sent < copies; sent += 25) {
+      await Promise.all(Array.from({ length: 25 }, () => w.post("/webhooks/stripe", body, headers).then((r) => r.arrayBuffer())));
+    }
+    const state = await w.inboxState(`stripe:${id}`);
+    assert.equal(state.deliveries, copies);
+    assert.equal(state.attempts.length, 101, "the first copy and the last 100");
+    assert.equal(state.attempts[0].copy, "first");
+  });
+});
+
+describe("secrets fail loudly, never weakly", () => {
+  const githubSigned = (body, secret, delivery) => githubHeaders(body, secret, { delivery, event: "star" });
+
+  test("a phrase, a short secret, an empty or truncated whsec_: 500 misconfigured naming the variable, never the value", async () => {
+    const s = await startWorker({
+      SOURCES: {
+        phrase: { provider: "github", secret: "PHRASE_SECRET" },
+        short: { provider: "github", secret: "SHORT_SECRET" },
+        emptywh: { provider: "standard-webhooks", secret: "EMPTY_WHSEC" },
+        tinywh: { provider: "svix", secret: "TINY_WHSEC" },
+        pasted: { provider: "github", secret: "whsec_pasted/value+xyz=" },
+      },
+      PHRASE_SECRET: "my team hook secret",
+      SHORT_SECRET: "abc",
+      EMPTY_WHSEC: "whsec_",
+      TINY_WHSEC: "whsec_AAAAAAAA",
+    });
+    try {
+      const body = starEvent({ repo: "octo/weak" });
+      const cases = [
+        ["phrase", githubSigned(body, "my team hook secret", "d1"), "PHRASE_SECRET"],
+        ["short", githubSigned(body, "abc", "d2"), "SHORT_SECRET"],
+        ["emptywh", { "webhook-id": "m1", "webhook-timestamp": "1", "webhook-signature": "v1,AAAA" }, "EMPTY_WHSEC"],
+        ["tinywh", { "svix-id": "m1", "svix-timestamp": "1", "svix-signature": "v1,AAAA" }, "TINY_WHSEC"],
+        ["pasted", githubSigned(body, "whsec_pasted/value+xyz=", "d3"), "SOURCES.pasted.secret"],
+      ];
+      for (const [source, headers, variable] of cases) {
+        const res = await s.post(`/webhooks/${source}`, body, headers);
+        assert.deepEqual(await reply(res), { status: 500, body: { error: "misconfigured" } }, source);
+        const line = s.logged("delivery").find((l) => l.source === source);
+        assert.ok(line.detail.includes(variable), `${source}: ${line.detail}`);
+      }
+      for (const value of ["my team hook secret", "whsec_pasted/value+xyz=", "whsec_AAAAAAAA"]) {
+        assert.ok(!s.logs.some((l) => l.includes(value)), `the log repeats ${value}`);
+      }
+      assert.equal(await s.scalar("SELECT count(*) FROM processed_events"), 0);
+    } finally {
+      await s.dispose();
+    }
+  });
+
+  test("which secret verified a delivery is logged and counted, by position", async () => {
+    const s = await startWorker({ ADMIN_TOKEN: TOKEN, STATS_FLUSH_MS: "0" });
+    try {
+      const body = checkoutCompleted();
+      const res = await s.post("/webhooks/stripe", body, stripeHeaders(body, "whsec_test_previous"));
+      assert.equal((await res.json()).outcome, "processed");
+      const line = s.logged("delivery").find((l) => l.key === `stripe:${JSON.parse(body).id}`);
+      assert.equal(line.secret, 1);
+      const current = checkoutCompleted();
+      await s.post("/webhooks/stripe", current, stripeHeaders(current, STRIPE)).then((r) => r.arrayBuffer());
+      const counters = await eventually(async () => {
+        const { stats } = await adminJson(s, "stats");
+        const c = stats.counters.filter((x) => x.source === "stripe");
+        return c.some((x) => x.counter === "secret:0") && c;
+      }, 10_000, "the counters");
+      assert.equal(counters.find((x) => x.counter === "secret:1").value, 1);
+      assert.equal(counters.find((x) => x.counter === "secret:0").value, 1);
+      assert.ok(!s.logs.some((l) => l.includes("whsec_test")), "no secret in any log line");
+    } finally {
+      await s.dispose();
+    }
+  });
+
+  test("an unreachable target's error is a fixed phrase: the URL's token goes nowhere", async () => {
+    // The runtime refuses to fetch this scheme, with an error that quotes
+    // the URL: as a dead host's error may.
+    const s = await startWorker({ NOTIFY_URL: "ftp://chat.test/hook/T0KEN-IN-URL", OUTBOX_RETRY_BASE_SECS: "60" });
+    try {
+      const body = starEvent({ repo: `octo/${uniqueId("repo")}` });
+      const delivery = uniqueId("delivery");
+      await s.post("/webhooks/github", body, githubSigned(body, GITHUB, delivery)).then((r) => r.arrayBuffer());
+      const row = await eventually(
+        () => s.db.prepare("SELECT * FROM outbox WHERE event_id = ? AND last_error IS NOT NULL").bind(delivery).first(),
+        10_000,
+        "the failed call",
+      );
+      assert.equal(row.last_error, "target unreachable");
+      assert.ok(!s.logs.some((l) => l.includes("T0KEN-IN-URL")), "the token is in a log line");
+    } finally {
+      await s.dispose();
+    }
+  });
+});
