@@ -80,9 +80,13 @@ impl InboxSettings {
         })
     }
 
-    /// Delay before the retry that follows `failures` failed attempts.
+    /// Delay before the retry that follows `failures` failed attempts,
+    /// jittered (see [`jitter`]).
     pub fn backoff_ms(&self, failures: i64) -> i64 {
-        doubling(self.retry_base_ms, failures, 60 * 60 * 1000)
+        jitter(
+            doubling(self.retry_base_ms, failures, 60 * 60 * 1000),
+            random_unit(),
+        )
     }
 }
 
@@ -111,17 +115,40 @@ impl OutboxSettings {
         })
     }
 
-    /// Delay before the retry that follows `failures` failed attempts.
+    /// Delay before the retry that follows `failures` failed attempts,
+    /// jittered (see [`jitter`]).
     pub fn backoff_secs(&self, failures: i64) -> u32 {
         let secs = doubling(i64::from(self.retry_base_secs), failures, 60 * 60);
-        u32::try_from(secs).unwrap_or(u32::MAX)
+        u32::try_from(jitter(secs, random_unit()).max(1)).unwrap_or(u32::MAX)
+    }
+
+    /// How long an outgoing call may take: half the lease, so a call is
+    /// aborted well before another consumer may take the row over.
+    pub fn call_timeout_ms(&self) -> u32 {
+        u32::try_from(self.lease_ms / 2).unwrap_or(u32::MAX).max(1)
     }
 }
 
 /// Whether the end-to-end tests' fault switches are honoured
 /// (`TEST_FAULTS = "enabled"`, set by the tests only; off in any deployment).
 pub fn test_faults(env: &Env) -> bool {
-    text(env, "TEST_FAULTS").as_deref() == Some("enabled")
+    text_is(env, "TEST_FAULTS", "enabled")
+}
+
+/// Whether the variable `name` is set to exactly `value`.
+pub fn text_is(env: &Env, name: &str, value: &str) -> bool {
+    text(env, name).as_deref() == Some(value)
+}
+
+/// How long a dashboard session lasts (`ADMIN_SESSION_TTL`, a duration like
+/// `12h`, the default).
+pub fn admin_session_ttl_ms(env: &Env) -> Result<i64, ConfigError> {
+    match text(env, "ADMIN_SESSION_TTL") {
+        None => Ok(12 * 60 * 60 * 1000),
+        Some(value) => duration_ms(&value).filter(|ms| *ms > 0).ok_or_else(|| {
+            ConfigError("ADMIN_SESSION_TTL must be a duration like 12h, 30m or 90s".into())
+        }),
+    }
 }
 
 /// How often (ms) an isolate adds its delivery counters to D1
@@ -152,6 +179,24 @@ const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 fn doubling(base: i64, failures: i64, cap: i64) -> i64 {
     let doublings = failures.saturating_sub(1).clamp(0, 20) as u32;
     base.saturating_mul(1 << doublings).min(cap)
+}
+
+/// "Equal jitter": half the delay, plus a random part of the other half
+/// (`unit` in `[0, 1)`). Events that failed together in an outage spread
+/// their retries instead of hitting the recovering target, or D1, at once.
+fn jitter(delay: i64, unit: f64) -> i64 {
+    let half = delay / 2;
+    half + (((delay - half) as f64) * unit.clamp(0.0, 1.0)) as i64
+}
+
+/// A uniform number in `[0, 1)` from the platform's secure random source
+/// (`crypto.getRandomValues` on Workers). Should it fail, no jitter: 0.5.
+fn random_unit() -> f64 {
+    let mut bytes = [0u8; 4];
+    match getrandom::getrandom(&mut bytes) {
+        Ok(()) => f64::from(u32::from_le_bytes(bytes)) / (f64::from(u32::MAX) + 1.0),
+        Err(_) => 0.5,
+    }
 }
 
 /// Parses `30d`, `12h`, `15m` or `90s` into milliseconds.
@@ -190,16 +235,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn outbox_backoff_doubles_up_to_an_hour() {
+    fn outbox_backoff_doubles_up_to_an_hour_with_jitter() {
         let s = OutboxSettings {
             max_attempts: 5,
             retry_base_secs: 30,
             lease_ms: 0,
             relay_grace_ms: 0,
         };
-        let delays: Vec<u32> = (1..=4).map(|n| s.backoff_secs(n)).collect();
-        assert_eq!(delays, vec![30, 60, 120, 240]);
-        assert_eq!(s.backoff_secs(30), 3600);
+        for (failures, full) in [(1, 30), (2, 60), (3, 120), (4, 240), (30, 3600)] {
+            let delay = s.backoff_secs(failures);
+            assert!((full / 2..=full).contains(&delay), "{failures}: {delay}");
+        }
+    }
+
+    #[test]
+    fn jitter_keeps_half_and_spreads_the_rest() {
+        assert_eq!(jitter(1_000, 0.0), 500);
+        assert_eq!(jitter(1_000, 0.5), 750);
+        assert_eq!(jitter(1_000, 0.999_999), 999);
+        assert_eq!(jitter(1, 0.0), 0);
+        let draws: Vec<i64> = (0..64).map(|_| jitter(1_000_000, random_unit())).collect();
+        assert!(draws.iter().all(|d| (500_000..1_000_000).contains(d)));
+        let mut distinct = draws.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert!(distinct.len() > 32, "not random: {draws:?}");
     }
 
     #[test]
@@ -220,9 +280,14 @@ mod tests {
             retry_base_ms: 1_000,
             max_attempts: 10,
         };
-        let delays: Vec<i64> = (1..=4).map(|n| s.backoff_ms(n)).collect();
+        let full = |n| doubling(s.retry_base_ms, n, 60 * 60 * 1000);
+        let delays: Vec<i64> = (1..=4).map(full).collect();
         assert_eq!(delays, vec![1_000, 2_000, 4_000, 8_000]);
-        assert_eq!(s.backoff_ms(0), 1_000);
-        assert_eq!(s.backoff_ms(40), 60 * 60 * 1000);
+        assert_eq!(full(0), 1_000);
+        assert_eq!(full(40), 60 * 60 * 1000);
+        for n in [0, 1, 4, 40] {
+            let delay = s.backoff_ms(n);
+            assert!((full(n) / 2..=full(n)).contains(&delay), "{n}: {delay}");
+        }
     }
 }

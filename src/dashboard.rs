@@ -7,11 +7,11 @@
 //! the dashboard does not exist (404), like the API.
 
 use serde_json::Value;
-use worker::{js_sys, Env, Headers, Method, Request, Response, Result};
+use worker::{js_sys, Date, Env, Headers, Method, Request, Response, Result};
 
-use crate::admin;
 use crate::http::{self, BodyError};
 use crate::signature::Tag;
+use crate::{admin, config};
 
 const COOKIE: &str = "admin_session";
 
@@ -45,23 +45,13 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
                     &login_form(Some("That is not the admin token.")),
                 );
             }
-            let secure = if req.inner().url().starts_with("https:") {
-                "; Secure"
-            } else {
-                ""
-            };
-            let headers = Headers::new();
-            headers.set("location", "/admin")?;
-            headers.set(
-                "set-cookie",
-                &format!(
-                    "{COOKIE}={}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=43200{secure}",
-                    session_value(&token)
-                ),
-            )?;
-            Ok(Response::empty()?.with_status(303).with_headers(headers))
+            let ttl_ms = config::admin_session_ttl_ms(env).map_err(|e| e.to_string())?;
+            let cookie = session_value(&token, Date::now().as_millis() as i64);
+            set_cookie(&req, &cookie, ttl_ms / 1000)
         }
-        _ if !session_ok(&req, &token) => page(401, "Sign in", &login_form(None)),
+        // Signing out clears the cookie; the browser forgets the session.
+        (Method::Post, "/admin/logout") => set_cookie(&req, "", 0),
+        _ if !session_ok(&req, &token, env)? => page(401, "Sign in", &login_form(None)),
         (Method::Get, "/admin") => overview(env).await,
         (Method::Get, p) => match p
             .strip_prefix("/admin/events/")
@@ -74,23 +64,60 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
     }
 }
 
-/// What the cookie holds: an HMAC of a fixed label under the token, so the
-/// cookie is not the token and changes when the token does.
-fn session_value(token: &str) -> String {
-    Tag::sha256(token.as_bytes(), &[b"dashboard-session"]).to_hex()
+/// What the cookie holds: when it was issued (ms), and an HMAC of that time
+/// under the token. The cookie is not the token, changes when the token
+/// does, and cannot be made to look younger than it is.
+fn session_value(token: &str, issued_at: i64) -> String {
+    let issued = issued_at.to_string();
+    let mac = Tag::sha256(
+        token.as_bytes(),
+        &[b"dashboard-session\n", issued.as_bytes()],
+    );
+    format!("{issued}.{}", mac.to_hex())
 }
 
-fn session_ok(req: &Request, token: &str) -> bool {
+/// A cookie made by [`session_value`] under this token, issued within the
+/// session lifetime (`ADMIN_SESSION_TTL`, default 12 h) and not in the future.
+fn session_ok(req: &Request, token: &str, env: &Env) -> Result<bool> {
+    let ttl_ms = config::admin_session_ttl_ms(env).map_err(|e| e.to_string())?;
+    let now = Date::now().as_millis() as i64;
     let cookies = req
         .headers()
         .get("cookie")
         .ok()
         .flatten()
         .unwrap_or_default();
-    cookies
+    Ok(cookies
         .split(';')
         .filter_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-        .any(|value| admin::token_matches(&session_value(token), value))
+        .any(|value| {
+            let issued_at = value
+                .split_once('.')
+                .and_then(|(issued, _)| issued.parse::<i64>().ok());
+            issued_at.is_some_and(|issued| {
+                let fresh = issued <= now + 60_000 && now - issued < ttl_ms;
+                fresh && admin::token_matches(&session_value(token, issued), value)
+            })
+        }))
+}
+
+/// Answers 303 to `/admin`, setting the session cookie (empty and expired
+/// to sign out).
+fn set_cookie(req: &Request, value: &str, max_age_secs: i64) -> Result<Response> {
+    let secure = if req.inner().url().starts_with("https:") {
+        "; Secure"
+    } else {
+        ""
+    };
+    let headers = Headers::new();
+    headers.set("location", "/admin")?;
+    headers.set(
+        "set-cookie",
+        &format!(
+            "{COOKIE}={value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age={max_age_secs}{secure}"
+        ),
+    )?;
+    Ok(Response::empty()?.with_status(303).with_headers(headers))
 }
 
 fn escape(text: &str) -> String {
@@ -140,7 +167,7 @@ table {{ border-collapse: collapse; width: 100%; }}
 th, td {{ text-align: left; padding: .35rem .6rem; border-bottom: 1px solid #e3e6ec; vertical-align: top; }}
 th {{ background: #f4f6f9; font-weight: 600; }} td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
 code {{ font-size: .92em; }} .bad {{ color: #b3261e; }} .ok {{ color: #1b7f3b; }} .muted {{ color: #687083; }}
-form.login {{ max-width: 22rem; }} input {{ font: inherit; padding: .4rem; width: 100%; box-sizing: border-box; }}
+form.login {{ max-width: 22rem; }} form.logout {{ float: right; }} input {{ font: inherit; padding: .4rem; width: 100%; box-sizing: border-box; }}
 button {{ font: inherit; padding: .4rem 1rem; margin-top: .5rem; }}
 </style></head><body>
 <h1>{title}</h1>
@@ -154,6 +181,9 @@ button {{ font: inherit; padding: .4rem 1rem; margin-top: .5rem; }}
         .with_status(status)
         .with_headers(headers))
 }
+
+/// The sign-out button on every signed-in page.
+const LOGOUT: &str = r#"<form class="logout" method="post" action="/admin/logout"><button type="submit">Sign out</button></form>"#;
 
 fn login_form(error: Option<&str>) -> String {
     let error = error.map_or(String::new(), |e| {
@@ -309,7 +339,7 @@ async fn overview(env: &Env) -> Result<Response> {
         })
         .collect();
     let body = format!(
-        r#"<p class="muted">Counters: deliveries counted by the worker, flushed every few seconds. Events, failures and side effects: counted in D1.</p>
+        r#"{LOGOUT}<p class="muted">Counters: deliveries counted by the worker, flushed every few seconds. Events, failures and side effects: counted in D1.</p>
 <h2>Sources</h2>{}
 <h2>Recent events</h2>{}
 <h2>Failed events</h2>{}
@@ -409,7 +439,7 @@ async fn event_page(env: &Env, source: &str, id: &str) -> Result<Response> {
         })
         .collect();
     let body = format!(
-        r#"<p><a href="/admin">← all events</a> · <code>{}</code></p>
+        r#"{LOGOUT}<p><a href="/admin">← all events</a> · <code>{}</code></p>
 <h2>Deliveries</h2>{inbox_html}
 <p class="muted">Every copy below passed signature verification: nothing else reaches the inbox.</p>{attempts_html}
 <h2>Effect</h2>{ledger_html}

@@ -112,6 +112,15 @@ pub enum Fault {
     /// Passed on to the queue consumer: it performs a side effect, then
     /// "crashes" before marking it sent.
     CrashAfterCall,
+    /// Passed on to the queue consumer: its first run pauses this long (ms)
+    /// after the call, before recording the result — past its lease, so
+    /// another run may take the row over meanwhile.
+    PauseBeforeComplete(i64),
+    /// The claim fails: nothing is stored.
+    FailClaim,
+    /// The event is stored and its alarm armed, then the inbox's answer is
+    /// lost (it errors before attempting the effect).
+    LoseReply,
 }
 
 impl Fault {
@@ -121,12 +130,17 @@ impl Fault {
         if let Some(until) = name.strip_prefix("d1-down-until:") {
             return until.parse().ok().map(Fault::D1DownUntil);
         }
+        if let Some(ms) = name.strip_prefix("pause-before-complete:") {
+            return ms.parse().ok().map(Fault::PauseBeforeComplete);
+        }
         match name {
             "fail-before-effect" => Some(Fault::FailBeforeEffect),
             "effect-always-fails" => Some(Fault::EffectAlwaysFails),
             "fail-after-effect" => Some(Fault::FailAfterEffect),
             "fail-enqueue" => Some(Fault::FailEnqueue),
             "crash-after-call" => Some(Fault::CrashAfterCall),
+            "fail-claim" => Some(Fault::FailClaim),
+            "lose-reply" => Some(Fault::LoseReply),
             _ => None,
         }
     }
@@ -139,7 +153,15 @@ impl Fault {
             Fault::FailAfterEffect => "fail-after-effect".into(),
             Fault::FailEnqueue => "fail-enqueue".into(),
             Fault::CrashAfterCall => "crash-after-call".into(),
+            Fault::PauseBeforeComplete(ms) => format!("pause-before-complete:{ms}"),
+            Fault::FailClaim => "fail-claim".into(),
+            Fault::LoseReply => "lose-reply".into(),
         }
+    }
+
+    /// The faults the queue consumer acts on, passed on with the keys.
+    fn for_outbox(self) -> Option<String> {
+        matches!(self, Fault::CrashAfterCall | Fault::PauseBeforeComplete(_)).then(|| self.name())
     }
 
     /// Whether the fault hits an attempt after `attempts` earlier ones: all
@@ -562,10 +584,12 @@ impl EventInbox {
         // duplicate record no other request can run, and both are durable
         // before the reply leaves (the output gate holds it). If it fails,
         // nothing was stored, and the worker may say so.
-        let claim = match self
-            .ensure_event_table()
-            .and_then(|()| self.claim(&event, fault))
-        {
+        let claim = match self.ensure_event_table().and_then(|()| {
+            if fault == Some(Fault::FailClaim) {
+                return Err("injected fault: claim".into());
+            }
+            self.claim(&event, fault)
+        }) {
             Ok(claim) => claim,
             Err(e) => {
                 log(&LogLine::new("claim_failed", &event.key()).error(&e.to_string()));
@@ -578,6 +602,9 @@ impl EventInbox {
                 // retried. The alarm finds the event done and re-arms for the
                 // retention deadline: one storage write fewer on the reply's path.
                 self.set_alarm_in(settings.retry_base_ms).await?;
+                if fault == Some(Fault::LoseReply) {
+                    return Err("injected fault: the reply is lost".into());
+                }
                 let source = event.source.clone();
                 self.attempt_effect(event, fault, &settings)
                     .await?
@@ -903,8 +930,7 @@ impl EventInbox {
         let sent = if fault == Some(Fault::FailEnqueue) {
             Err("injected fault: enqueue".into())
         } else {
-            let fault =
-                (fault == Some(Fault::CrashAfterCall)).then(|| Fault::CrashAfterCall.name());
+            let fault = fault.and_then(Fault::for_outbox);
             outbox::enqueue(&self.env, &plan.outbox_keys, fault.as_deref()).await
         };
         if let Err(e) = sent {

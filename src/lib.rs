@@ -56,10 +56,12 @@ fn start() {
 async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let path = req.path();
     if let Some(rest) = path.strip_prefix("/admin/api/") {
-        return admin::handle(req, &env, rest).await;
+        return admin::handle(req, &env, rest).await.and_then(admin::harden);
     }
     if path == "/admin" || path.starts_with("/admin/") {
-        return dashboard::handle(req, &env, &path).await;
+        return dashboard::handle(req, &env, &path)
+            .await
+            .and_then(admin::harden);
     }
     match path.strip_prefix("/webhooks/") {
         Some(source) if req.method() == Method::Post => {

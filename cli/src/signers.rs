@@ -57,7 +57,7 @@ pub fn fixture(provider: &str, id: &str, now: u64) -> Result<Fixture, String> {
     let (body, headers, side_effects): (String, Vec<(String, String)>, usize) = match provider {
         "stripe" => (
             format!(
-                r#"{{"id":"{id}","object":"event","type":"checkout.session.completed","created":{now},"data":{{"object":{{"id":"cs_{id}","object":"checkout.session","amount_total":1999,"currency":"usd","customer_details":{{"email":"selftest@example.com"}},"payment_intent":"pi_{id}"}}}}}}"#
+                r#"{{"id":"{id}","object":"event","type":"checkout.session.completed","created":{now},"data":{{"object":{{"id":"cs_{id}","object":"checkout.session","amount_total":1999,"currency":"usd","customer_details":{{"email":"selftest@example.com"}},"payment_intent":"pi_{id}","payment_status":"paid"}}}}}}"#
             ),
             vec![],
             1,

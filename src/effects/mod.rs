@@ -102,27 +102,34 @@ pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
         ],
     };
     let body = event.body.as_str();
+    let checkout = match event.provider.as_str() {
+        "stripe" => orders_outcome(&event.kind),
+        _ => None,
+    };
     let (writes, side_effects): (Vec<Statement>, Vec<SideEffect>) =
-        match (event.provider.as_str(), event.kind.as_str()) {
-            ("stripe", "checkout.session.completed") => {
+        match (event.provider.as_str(), event.kind.as_str(), checkout) {
+            (_, _, Some(outcome)) => {
                 let session = orders::CheckoutSession::from_event(body)?;
-                let receipt = send_receipt::intent(&session);
+                let receipt = outcome
+                    .receipt_due(&session)
+                    .then(|| send_receipt::intent(&session))
+                    .flatten();
                 (
-                    orders::checkout_completed(&session, now),
+                    orders::checkout(&session, outcome, now),
                     receipt.into_iter().collect(),
                 )
             }
-            ("stripe", "payment_intent.succeeded") => {
+            ("stripe", "payment_intent.succeeded", _) => {
                 (orders::payment_succeeded(body, now)?, Vec::new())
             }
-            ("stripe", "customer.subscription.updated" | "customer.subscription.deleted") => {
+            ("stripe", "customer.subscription.updated" | "customer.subscription.deleted", _) => {
                 (subscriptions::set_state(body, &event.id, now)?, Vec::new())
             }
-            ("github", "star.created") => {
+            ("github", "star.created", _) => {
                 let star = stars::StarEvent::from_event(body, true)?;
                 (stars::count(&star, 1), vec![notify_chat::intent(&star)])
             }
-            ("github", "star.deleted") => {
+            ("github", "star.deleted", _) => {
                 let star = stars::StarEvent::from_event(body, false)?;
                 (stars::count(&star, -1), Vec::new())
             }
@@ -138,6 +145,17 @@ pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
         .chain(outbox_rows)
         .collect();
     Ok(Plan { batch, outbox_keys })
+}
+
+/// The checkout events and what each says of its order.
+fn orders_outcome(kind: &str) -> Option<orders::CheckoutOutcome> {
+    use orders::CheckoutOutcome::*;
+    match kind {
+        "checkout.session.completed" => Some(Completed),
+        "checkout.session.async_payment_succeeded" => Some(AsyncSucceeded),
+        "checkout.session.async_payment_failed" => Some(AsyncFailed),
+        _ => None,
+    }
 }
 
 /// How an apply attempt ended.
@@ -284,10 +302,57 @@ mod tests {
 
     #[test]
     fn a_checkout_without_email_writes_no_receipt() {
-        let body = r#"{"created":1,"data":{"object":{"id":"cs_1"}}}"#;
+        let body = r#"{"created":1,"data":{"object":{"id":"cs_1","payment_status":"paid"}}}"#;
         let plan = plan(&event("stripe", "checkout.session.completed", body), 2_000).unwrap();
         assert_eq!(plan.batch.len(), 2);
         assert!(plan.outbox_keys.is_empty());
+    }
+
+    #[test]
+    fn one_receipt_key_per_checkout_session_whatever_the_event_or_source() {
+        let body = |status: &str| {
+            format!(
+                r#"{{"created":1,"data":{{"object":{{"id":"cs_9","payment_status":"{status}",
+                "customer_details":{{"email":"a@b.c"}}}}}}}}"#
+            )
+        };
+        let unpaid = plan(
+            &event("stripe", "checkout.session.completed", &body("unpaid")),
+            2,
+        )
+        .unwrap();
+        assert!(
+            unpaid.outbox_keys.is_empty(),
+            "no receipt before the money is in"
+        );
+        let paid = plan(
+            &event("stripe", "checkout.session.completed", &body("paid")),
+            2,
+        )
+        .unwrap();
+        let mut later = event(
+            "stripe",
+            "checkout.session.async_payment_succeeded",
+            &body("paid"),
+        );
+        later.id = "evt_2".into();
+        later.source = "stripe-connect".into();
+        let later = plan(&later, 3).unwrap();
+        assert_eq!(paid.outbox_keys.len(), 1);
+        assert_eq!(paid.outbox_keys, later.outbox_keys);
+        assert_eq!(
+            paid.outbox_keys[0],
+            outbox::idempotency_key("checkout_session", "cs_9", "send_receipt")
+        );
+        let failed = plan(
+            &event(
+                "stripe",
+                "checkout.session.async_payment_failed",
+                &body("unpaid"),
+            ),
+            2,
+        );
+        assert!(failed.unwrap().outbox_keys.is_empty());
     }
 
     #[test]

@@ -1,10 +1,17 @@
 //! Stripe checkout → `orders`, keyed by the Checkout Session id.
 //!
-//! One purchase produces two events (`checkout.session.completed` and
-//! `payment_intent.succeeded`) with different event ids, so the ledger alone
-//! cannot stop a second order: the effect itself is keyed on the order's own
-//! id. Only the checkout event creates an order; the payment event can only
-//! mark an existing one paid.
+//! One purchase produces several events (`checkout.session.completed`,
+//! `payment_intent.succeeded`, and for delayed payment methods
+//! `checkout.session.async_payment_succeeded` or `…_failed`) with different
+//! event ids, so the ledger alone cannot stop a second order: the effect
+//! itself is keyed on the order's own id.
+//!
+//! A completed checkout is not always a paid one: with a delayed payment
+//! method (a bank debit) it completes `unpaid`, and the money arrives — or
+//! does not — days later in an `async_payment_*` event. So an order is
+//! `paid` only when Stripe says `payment_status: "paid"`; otherwise it waits
+//! as `awaiting_payment`, and a later failure makes it `payment_failed`.
+//! Events may arrive in any order: no update moves a `paid` order back.
 
 use serde::Deserialize;
 
@@ -18,6 +25,8 @@ pub struct CheckoutSession {
     pub currency: Option<String>,
     pub customer_details: Option<CustomerDetails>,
     pub payment_intent: Option<String>,
+    /// `paid`, `unpaid` (a delayed payment method) or `no_payment_required`.
+    pub payment_status: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -35,6 +44,11 @@ impl CheckoutSession {
     pub fn email(&self) -> Option<&str> {
         self.customer_details.as_ref()?.email.as_deref()
     }
+
+    /// Whether Stripe says the money is in.
+    pub fn is_paid(&self) -> bool {
+        self.payment_status.as_deref() == Some("paid")
+    }
 }
 
 #[derive(Deserialize)]
@@ -42,11 +56,12 @@ struct PaymentIntent {
     id: String,
 }
 
-const UPSERT_PAID_ORDER: &str = "INSERT INTO orders \
+/// Records the order in `status` (?7), never moving a `paid` one back.
+const UPSERT_ORDER: &str = "INSERT INTO orders \
      (checkout_session_id, payment_intent_id, status, amount, currency, customer_email, created_at, updated_at) \
-     VALUES (?1, ?2, 'paid', ?3, ?4, ?5, ?6, ?6) \
+     VALUES (?1, ?2, ?7, ?3, ?4, ?5, ?6, ?6) \
      ON CONFLICT (checkout_session_id) DO UPDATE SET \
-       status = 'paid', \
+       status = CASE WHEN orders.status = 'paid' THEN 'paid' ELSE excluded.status END, \
        payment_intent_id = COALESCE(excluded.payment_intent_id, orders.payment_intent_id), \
        amount = excluded.amount, currency = excluded.currency, \
        customer_email = excluded.customer_email, updated_at = excluded.updated_at";
@@ -54,9 +69,42 @@ const UPSERT_PAID_ORDER: &str = "INSERT INTO orders \
 const MARK_PAID_BY_INTENT: &str = "UPDATE orders SET status = 'paid', updated_at = ?2 \
      WHERE payment_intent_id = ?1 AND status <> 'paid'";
 
-pub fn checkout_completed(session: &CheckoutSession, now: i64) -> Vec<Statement> {
+/// What a checkout event says of its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckoutOutcome {
+    /// `checkout.session.completed`: paid, or awaiting a delayed payment.
+    Completed,
+    /// `checkout.session.async_payment_succeeded`: the delayed payment came.
+    AsyncSucceeded,
+    /// `checkout.session.async_payment_failed`: it did not.
+    AsyncFailed,
+}
+
+impl CheckoutOutcome {
+    /// The order's status after this event (a `paid` order stays paid).
+    fn status(self, session: &CheckoutSession) -> &'static str {
+        match self {
+            CheckoutOutcome::Completed if session.is_paid() => "paid",
+            CheckoutOutcome::Completed
+                if session.payment_status.as_deref() == Some("no_payment_required") =>
+            {
+                "complete"
+            }
+            CheckoutOutcome::Completed => "awaiting_payment",
+            CheckoutOutcome::AsyncSucceeded => "paid",
+            CheckoutOutcome::AsyncFailed => "payment_failed",
+        }
+    }
+
+    /// Whether the buyer gets a receipt: only when the money is in.
+    pub fn receipt_due(self, session: &CheckoutSession) -> bool {
+        self.status(session) == "paid"
+    }
+}
+
+pub fn checkout(session: &CheckoutSession, outcome: CheckoutOutcome, now: i64) -> Vec<Statement> {
     vec![Statement {
-        sql: UPSERT_PAID_ORDER,
+        sql: UPSERT_ORDER,
         params: vec![
             session.id.as_str().into(),
             session.payment_intent.as_deref().into(),
@@ -64,6 +112,7 @@ pub fn checkout_completed(session: &CheckoutSession, now: i64) -> Vec<Statement>
             session.currency.as_deref().into(),
             session.email().into(),
             now.into(),
+            outcome.status(session).into(),
         ],
     }]
 }
@@ -84,9 +133,11 @@ mod tests {
     #[test]
     fn checkout_upserts_the_order_by_session_id() {
         let body = r#"{"id":"evt_1","created":5,"data":{"object":{"id":"cs_1","amount_total":2000,
-            "currency":"eur","customer_details":{"email":"a@b.c"},"payment_intent":"pi_1"}}}"#;
-        let plan = checkout_completed(&CheckoutSession::from_event(body).unwrap(), 9);
-        assert_eq!(plan[0].sql, UPSERT_PAID_ORDER);
+            "currency":"eur","customer_details":{"email":"a@b.c"},"payment_intent":"pi_1",
+            "payment_status":"paid"}}}"#;
+        let session = CheckoutSession::from_event(body).unwrap();
+        let plan = checkout(&session, CheckoutOutcome::Completed, 9);
+        assert_eq!(plan[0].sql, UPSERT_ORDER);
         assert_eq!(
             plan[0].params,
             vec![
@@ -95,17 +146,61 @@ mod tests {
                 Value::Int(2000),
                 "eur".into(),
                 "a@b.c".into(),
-                Value::Int(9)
+                Value::Int(9),
+                "paid".into()
             ]
         );
     }
 
     #[test]
+    fn only_money_in_makes_an_order_paid_and_a_receipt_due() {
+        let session = |status: &str| {
+            CheckoutSession::from_event(&format!(
+                r#"{{"created":5,"data":{{"object":{{"id":"cs_1","payment_status":"{status}"}}}}}}"#
+            ))
+            .unwrap()
+        };
+        let cases = [
+            ("paid", CheckoutOutcome::Completed, "paid", true),
+            (
+                "unpaid",
+                CheckoutOutcome::Completed,
+                "awaiting_payment",
+                false,
+            ),
+            (
+                "no_payment_required",
+                CheckoutOutcome::Completed,
+                "complete",
+                false,
+            ),
+            ("paid", CheckoutOutcome::AsyncSucceeded, "paid", true),
+            (
+                "unpaid",
+                CheckoutOutcome::AsyncFailed,
+                "payment_failed",
+                false,
+            ),
+        ];
+        for (payment_status, outcome, status, receipt) in cases {
+            let s = session(payment_status);
+            assert_eq!(outcome.status(&s), status, "{payment_status} {outcome:?}");
+            assert_eq!(
+                outcome.receipt_due(&s),
+                receipt,
+                "{payment_status} {outcome:?}"
+            );
+        }
+    }
+
+    #[test]
     fn optional_fields_become_null() {
         let body = r#"{"created":5,"data":{"object":{"id":"cs_1"}}}"#;
-        let plan = checkout_completed(&CheckoutSession::from_event(body).unwrap(), 9);
+        let session = CheckoutSession::from_event(body).unwrap();
+        let plan = checkout(&session, CheckoutOutcome::Completed, 9);
         assert_eq!(plan[0].params[1], Value::Null);
         assert_eq!(plan[0].params[4], Value::Null);
+        assert_eq!(plan[0].params[6], "awaiting_payment".into());
     }
 
     #[test]

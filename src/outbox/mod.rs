@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use worker::wasm_bindgen::JsValue;
 use worker::{
-    console_error, console_log, D1Database, Date, Env, Fetch, MessageBatch, MessageExt,
+    console_error, console_log, web_sys, D1Database, Date, Env, Fetch, MessageBatch, MessageExt,
     QueueContentType, QueueRetryOptionsBuilder, RawMessage, RawMessageBuilder,
 };
 
@@ -42,6 +42,11 @@ pub struct SideEffect {
     pub action: &'static str,
     /// JSON: everything the performer needs, fixed at planning time.
     pub payload: String,
+    /// The business object it concerns, as `(kind, id)`, when there is one
+    /// (the receipt of a checkout session). Its key is then derived from the
+    /// object, not the event: the same purchase seen through two events or
+    /// two sources (an endpoint migration) sends one receipt.
+    pub about: Option<(&'static str, String)>,
 }
 
 impl SideEffect {
@@ -50,16 +55,47 @@ impl SideEffect {
             action,
             // Plain structs of strings: serialization cannot fail.
             payload: serde_json::to_string(payload).expect("payload serializes"),
+            about: None,
         }
+    }
+
+    /// Keys the side effect by a business object (see [`SideEffect::about`]).
+    pub fn about(mut self, kind: &'static str, id: &str) -> Self {
+        self.about = Some((kind, id.to_string()));
+        self
     }
 }
 
 /// How a performer ended.
 pub enum Performed {
     Sent,
-    /// Not configured: nothing to call. Marked sent, with this note, so that
-    /// a local run with no accounts still completes.
+    /// Not configured, and the deployment said `SIDE_EFFECTS = "log"`:
+    /// nothing to call. Marked sent, with this note, so that a local run
+    /// with no accounts still completes.
     Skipped(&'static str),
+}
+
+/// A performer found its target's variable unset. Skipped only where the
+/// deployment says so (`SIDE_EFFECTS = "log"`, as in `.dev.vars.example`);
+/// anywhere else a failure that retries and dead-letters like any other, so
+/// a deploy that forgot a variable cannot silently drop receipts.
+pub fn unconfigured(env: &Env, note: &'static str) -> Result<Performed, String> {
+    if config::text_is(env, "SIDE_EFFECTS", "log") {
+        Ok(Performed::Skipped(note))
+    } else {
+        Err(format!(
+            "{note} (set it, or SIDE_EFFECTS = \"log\" to skip)"
+        ))
+    }
+}
+
+/// What a performer needs besides its payload.
+pub struct Call<'a> {
+    pub env: &'a Env,
+    /// The row's idempotency key, sent as `Idempotency-Key`.
+    pub key: &'a str,
+    /// When to give up on the target (see `OutboxSettings::call_timeout_ms`).
+    pub timeout_ms: u32,
 }
 
 /// `sha256(source \n event id \n action)`, hex: the same for every attempt
@@ -75,13 +111,18 @@ pub fn idempotency_key(source: &str, event_id: &str, action: &str) -> String {
     hex::encode(digest)
 }
 
+/// A row keyed by a business object may exist already (written by another
+/// event about the same object): then this one is not written again.
 const INSERT_ROW: &str = "INSERT INTO outbox \
      (idempotency_key, source, event_id, action, payload, next_attempt_at, created_at, updated_at) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?6)";
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?6) ON CONFLICT (idempotency_key) DO NOTHING";
 
 /// The outbox row for a side effect, for the effect batch, and its key.
 pub fn insert(event: &VerifiedEvent, side_effect: SideEffect, now: i64) -> (Statement, String) {
-    let key = idempotency_key(&event.source, &event.id, side_effect.action);
+    let key = match &side_effect.about {
+        Some((kind, id)) => idempotency_key(kind, id, side_effect.action),
+        None => idempotency_key(&event.source, &event.id, side_effect.action),
+    };
     let statement = Statement {
         sql: INSERT_ROW,
         params: vec![
@@ -215,6 +256,7 @@ struct Claimed {
 struct Current {
     status: String,
     lease_until: Option<i64>,
+    next_attempt_at: i64,
 }
 
 async fn handle(
@@ -225,14 +267,16 @@ async fn handle(
     settings: &OutboxSettings,
 ) -> worker::Result<Next> {
     let now = now();
-    // The claim: only one consumer run holds a row at a time; a crashed run's
-    // lease expires and the row can be claimed again.
+    // The claim: only one consumer run holds a row at a time, and only once
+    // it is due; a crashed run's lease expires and the row can be claimed
+    // again.
     let claimed: Option<Claimed> = json_row(
         db.prepare(
             "UPDATE outbox SET status = 'sending', attempts = attempts + 1, \
                  lease_until = ?2 + ?3, updated_at = ?2 \
              WHERE idempotency_key = ?1 \
-               AND (status = 'pending' OR (status = 'sending' AND lease_until < ?2)) \
+               AND ((status = 'pending' AND next_attempt_at <= ?2) \
+                    OR (status = 'sending' AND lease_until < ?2)) \
              RETURNING json_object('action', action, 'payload', payload, 'attempts', attempts) AS row",
         )
         .bind(&[key.into(), (now as f64).into(), (settings.lease_ms as f64).into()])?,
@@ -242,7 +286,8 @@ async fn handle(
     let Some(row) = claimed else {
         let current: Option<Current> = json_row(
             db.prepare(
-                "SELECT json_object('status', status, 'lease_until', lease_until) AS row \
+                "SELECT json_object('status', status, 'lease_until', lease_until, \
+                     'next_attempt_at', next_attempt_at) AS row \
                  FROM outbox WHERE idempotency_key = ?1",
             )
             .bind(&[key.into()])?,
@@ -253,13 +298,39 @@ async fn handle(
             Some(Current {
                 status,
                 lease_until: Some(until),
+                ..
             }) if status == "sending" => Next::RetryIn(seconds_until(until - now)),
+            // Not due yet (an early redelivery, relay or replay): then.
+            Some(Current {
+                status,
+                next_attempt_at,
+                ..
+            }) if status == "pending" => Next::RetryIn(seconds_until(next_attempt_at - now)),
             // Sent, dead, or unknown: nothing to do.
             _ => Next::Ack,
         });
     };
 
-    match perform(&row.action, &row.payload, key, env).await {
+    let call = Call {
+        env,
+        key,
+        timeout_ms: settings.call_timeout_ms(),
+    };
+    let claim = Claim {
+        db,
+        key,
+        attempts: row.attempts,
+    };
+    let performed = perform(&row.action, &row.payload, &call).await;
+    if let Some(ms) = fault
+        .and_then(|f| f.strip_prefix("pause-before-complete:"))
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|_| row.attempts == 1)
+    {
+        // A consumer stalled past its lease (tests only).
+        worker::Delay::from(std::time::Duration::from_millis(ms)).await;
+    }
+    match performed {
         Ok(_) if fault == Some("crash-after-call") && row.attempts == 1 => {
             // Simulates a crash after the call: the row stays claimed, and
             // the retry performs it again, with the same key.
@@ -274,91 +345,142 @@ async fn handle(
                 Performed::Sent => None,
                 Performed::Skipped(why) => Some(format!("skipped: {why}")),
             };
-            db.prepare(
-                "UPDATE outbox SET status = 'sent', note = ?2, lease_until = NULL, updated_at = ?3 \
-                 WHERE idempotency_key = ?1 AND status = 'sending'",
-            )
-            .bind(&[key.into(), note.as_deref().map_or(JsValue::NULL, JsValue::from_str), (now as f64).into()])?
-            .run()
-            .await?;
-            console_log!(
-                "{}",
-                log_line("outbox_sent", key, Some(row.attempts), note.as_deref())
-            );
+            let note_value = note.as_deref().map_or(JsValue::NULL, JsValue::from_str);
+            if claim
+                .complete("status = 'sent', note = ?4", &[note_value])
+                .await?
+            {
+                console_log!(
+                    "{}",
+                    log_line("outbox_sent", key, Some(row.attempts), note.as_deref())
+                );
+            }
             Ok(Next::Ack)
         }
         Err(error) if row.attempts >= settings.max_attempts => {
-            db.prepare(
-                "UPDATE outbox SET status = 'dead', last_error = ?2, lease_until = NULL, updated_at = ?3 \
-                 WHERE idempotency_key = ?1",
-            )
-            .bind(&[key.into(), error.as_str().into(), (now as f64).into()])?
-            .run()
-            .await?;
-            console_error!(
-                "{}",
-                log_line("outbox_dead", key, Some(row.attempts), Some(&error))
-            );
-            let job = serde_json::to_string(&Job {
-                key: key.to_string(),
-                fault: None,
-            })?;
-            env.queue(OUTBOX_DLQ_BINDING)?
-                .send_raw(
-                    RawMessageBuilder::new(JsValue::from_str(&job))
-                        .build_with_content_type(QueueContentType::Text),
-                )
-                .await?;
+            if claim
+                .complete("status = 'dead', last_error = ?4", &[error.as_str().into()])
+                .await?
+            {
+                console_error!(
+                    "{}",
+                    log_line("outbox_dead", key, Some(row.attempts), Some(&error))
+                );
+                let job = serde_json::to_string(&Job {
+                    key: key.to_string(),
+                    fault: None,
+                })?;
+                env.queue(OUTBOX_DLQ_BINDING)?
+                    .send_raw(
+                        RawMessageBuilder::new(JsValue::from_str(&job))
+                            .build_with_content_type(QueueContentType::Text),
+                    )
+                    .await?;
+            }
             Ok(Next::Ack)
         }
         Err(error) => {
             let delay = settings.backoff_secs(row.attempts);
-            db.prepare(
-                "UPDATE outbox SET status = 'pending', last_error = ?2, lease_until = NULL, \
-                     next_attempt_at = ?3, updated_at = ?4 \
-                 WHERE idempotency_key = ?1",
-            )
-            .bind(&[
-                key.into(),
-                error.as_str().into(),
-                ((now + i64::from(delay) * 1000) as f64).into(),
-                (now as f64).into(),
-            ])?
-            .run()
-            .await?;
+            let due = ((now + i64::from(delay) * 1000) as f64).into();
+            let rescheduled = claim
+                .complete(
+                    "status = 'pending', last_error = ?4, next_attempt_at = ?5",
+                    &[error.as_str().into(), due],
+                )
+                .await?;
             console_error!(
                 "{}",
                 log_line("outbox_failed", key, Some(row.attempts), Some(&error))
             );
-            Ok(Next::RetryIn(delay))
+            Ok(if rescheduled {
+                Next::RetryIn(delay)
+            } else {
+                Next::Ack
+            })
         }
     }
 }
 
+/// A row this consumer run claimed: its key and the attempt number the
+/// claim wrote. Every completion is conditional on both, so a run whose
+/// lease expired (a slow call) cannot overwrite the result of the run that
+/// took the row over.
+struct Claim<'a> {
+    db: &'a D1Database,
+    key: &'a str,
+    attempts: i64,
+}
+
+impl Claim<'_> {
+    /// Sets `assignments` (which may use `?4`, `?5` for `values`), clears
+    /// the lease, and says whether the claim still held.
+    async fn complete(&self, assignments: &str, values: &[JsValue]) -> worker::Result<bool> {
+        let sql = format!(
+            "UPDATE outbox SET {assignments}, lease_until = NULL, updated_at = ?3 \
+             WHERE idempotency_key = ?1 AND status = 'sending' AND attempts = ?2"
+        );
+        let mut params = vec![
+            self.key.into(),
+            (self.attempts as f64).into(),
+            (now() as f64).into(),
+        ];
+        params.extend_from_slice(values);
+        let changes = self
+            .db
+            .prepare(&sql)
+            .bind(&params)?
+            .run()
+            .await?
+            .meta()?
+            .and_then(|meta| meta.changes)
+            .unwrap_or(0);
+        if changes == 0 {
+            console_error!(
+                "{}",
+                log_line("outbox_claim_lost", self.key, Some(self.attempts), None)
+            );
+        }
+        Ok(changes > 0)
+    }
+}
+
 /// Dispatches to the performer of an action.
-async fn perform(action: &str, payload: &str, key: &str, env: &Env) -> Result<Performed, String> {
+async fn perform(action: &str, payload: &str, call: &Call<'_>) -> Result<Performed, String> {
     match action {
-        send_receipt::ACTION => send_receipt::perform(payload, key, env).await,
-        notify_chat::ACTION => notify_chat::perform(payload, key, env).await,
+        send_receipt::ACTION => send_receipt::perform(payload, call).await,
+        notify_chat::ACTION => notify_chat::perform(payload, call).await,
         other => Err(format!("no performer for action '{other}'")),
     }
 }
 
-/// POSTs JSON with the idempotency key. Any answer but 2xx is a failure to
-/// retry. Errors are fixed phrases and a status code: the runtime's own
-/// error text can quote the URL, and webhook URLs carry tokens.
-async fn post_json(url: &str, body: &str, key: &str, bearer: Option<&str>) -> Result<(), String> {
+/// POSTs JSON with the idempotency key, aborted after the call's timeout.
+/// Any answer but 2xx is a failure to retry. Errors are fixed phrases and a
+/// status code: the runtime's own error text can quote the URL, and webhook
+/// URLs carry tokens.
+async fn post_json(
+    url: &str,
+    body: &str,
+    call: &Call<'_>,
+    bearer: Option<&str>,
+) -> Result<(), String> {
     let authorization = bearer.map(|token| format!("Bearer {token}"));
     let mut headers = vec![
         ("content-type", "application/json"),
-        ("idempotency-key", key),
+        ("idempotency-key", call.key),
     ];
     headers.extend(authorization.as_deref().map(|a| ("authorization", a)));
     let request = http::post(url, body, &headers).map_err(|_| "invalid target URL".to_string())?;
+    let signal = web_sys::AbortSignal::timeout_with_u32(call.timeout_ms);
     let response = Fetch::Request(request)
-        .send()
+        .send_with_signal(&signal.clone().into())
         .await
-        .map_err(|_| "target unreachable".to_string())?;
+        .map_err(|_| {
+            if signal.aborted() {
+                format!("target timed out after {} ms", call.timeout_ms)
+            } else {
+                "target unreachable".to_string()
+            }
+        })?;
     match response.status_code() {
         200..=299 => Ok(()),
         status => Err(format!("target answered {status}")),

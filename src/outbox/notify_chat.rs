@@ -2,9 +2,8 @@
 //! Slack-style incoming webhook: `POST {NOTIFY_URL}` with `{"text": …}`.
 
 use serde::Serialize;
-use worker::Env;
 
-use super::{post_json, Performed, SideEffect};
+use super::{post_json, unconfigured, Call, Performed, SideEffect};
 use crate::config;
 use crate::effects::stars::StarEvent;
 
@@ -26,11 +25,11 @@ pub fn intent(star: &StarEvent) -> SideEffect {
 
 /// The URL is a secret of its own (Slack's carry a token): it never appears
 /// in an error or a log line.
-pub async fn perform(payload: &str, key: &str, env: &Env) -> Result<Performed, String> {
-    let Some(url) = config::optional(env, "NOTIFY_URL") else {
-        return Ok(Performed::Skipped("NOTIFY_URL is not set"));
+pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, String> {
+    let Some(url) = config::optional(call.env, "NOTIFY_URL") else {
+        return unconfigured(call.env, "NOTIFY_URL is not set");
     };
-    post_json(&url, payload, key, None).await?;
+    post_json(&url, payload, call, None).await?;
     Ok(Performed::Sent)
 }
 

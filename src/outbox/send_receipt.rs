@@ -2,9 +2,8 @@
 //! Resend-style API: `POST {EMAIL_API_URL}/emails`, bearer `EMAIL_API_KEY`.
 
 use serde::{Deserialize, Serialize};
-use worker::Env;
 
-use super::{post_json, Performed, SideEffect};
+use super::{post_json, unconfigured, Call, Performed, SideEffect};
 use crate::config;
 use crate::effects::orders::CheckoutSession;
 
@@ -18,16 +17,13 @@ struct Receipt {
     text: String,
 }
 
-/// The receipt for a paid checkout; none without an email.
+/// The receipt for a paid checkout; none without an email. Keyed by the
+/// checkout session, so one purchase sends one receipt whichever events and
+/// sources report it.
 pub fn intent(session: &CheckoutSession) -> Option<SideEffect> {
     let to = session.email()?.to_string();
     let amount = match (session.amount_total, &session.currency) {
-        (Some(minor), Some(currency)) => format!(
-            " of {}.{:02} {}",
-            minor / 100,
-            minor % 100,
-            currency.to_ascii_uppercase()
-        ),
+        (Some(minor), Some(currency)) => format!(" of {}", format_amount(minor, currency)),
         _ => String::new(),
     };
     let receipt = Receipt {
@@ -38,12 +34,40 @@ pub fn intent(session: &CheckoutSession) -> Option<SideEffect> {
             session.id
         ),
     };
-    Some(SideEffect::new(ACTION, &receipt))
+    Some(SideEffect::new(ACTION, &receipt).about("checkout_session", &session.id))
 }
 
-pub async fn perform(payload: &str, key: &str, env: &Env) -> Result<Performed, String> {
+/// An amount in minor units, written with its currency's exponent: JPY has
+/// no minor unit, KWD has three decimals, most have two (Stripe's lists of
+/// zero- and three-decimal currencies).
+fn format_amount(minor: i64, currency: &str) -> String {
+    const ZERO_DECIMAL: [&str; 16] = [
+        "BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV",
+        "XAF", "XOF", "XPF",
+    ];
+    const THREE_DECIMAL: [&str; 5] = ["BHD", "JOD", "KWD", "OMR", "TND"];
+    let code = currency.to_ascii_uppercase();
+    let exponent = if ZERO_DECIMAL.contains(&code.as_str()) {
+        0
+    } else if THREE_DECIMAL.contains(&code.as_str()) {
+        3
+    } else {
+        2
+    };
+    let sign = if minor < 0 { "-" } else { "" };
+    let minor = minor.unsigned_abs();
+    if exponent == 0 {
+        return format!("{sign}{minor} {code}");
+    }
+    let unit = 10u64.pow(exponent);
+    let width = exponent as usize;
+    format!("{sign}{}.{:0width$} {code}", minor / unit, minor % unit)
+}
+
+pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, String> {
+    let env = call.env;
     let Some(api) = config::optional(env, "EMAIL_API_URL") else {
-        return Ok(Performed::Skipped("EMAIL_API_URL is not set"));
+        return unconfigured(env, "EMAIL_API_URL is not set");
     };
     let receipt: Receipt =
         serde_json::from_str(payload).map_err(|_| "unreadable receipt payload".to_string())?;
@@ -64,7 +88,7 @@ pub async fn perform(payload: &str, key: &str, env: &Env) -> Result<Performed, S
     let body = serde_json::to_string(&email).map_err(|_| "unencodable email".to_string())?;
     let bearer = config::optional(env, "EMAIL_API_KEY");
     let url = format!("{}/emails", api.trim_end_matches('/'));
-    post_json(&url, &body, key, bearer.as_deref()).await?;
+    post_json(&url, &body, call, bearer.as_deref()).await?;
     Ok(Performed::Sent)
 }
 
@@ -84,6 +108,16 @@ mod tests {
             receipt.text,
             "Thank you! We received your payment of 42.05 EUR (order cs_1)."
         );
+    }
+
+    #[test]
+    fn amounts_use_the_currencys_exponent() {
+        assert_eq!(format_amount(4205, "usd"), "42.05 USD");
+        assert_eq!(format_amount(500, "jpy"), "500 JPY");
+        assert_eq!(format_amount(1234, "kwd"), "1.234 KWD");
+        assert_eq!(format_amount(5, "eur"), "0.05 EUR");
+        assert_eq!(format_amount(-150, "eur"), "-1.50 EUR");
+        assert_eq!(format_amount(7, "bhd"), "0.007 BHD");
     }
 
     #[test]

@@ -32,20 +32,24 @@ export function checkoutCompleted({
   paymentIntent = uniqueId("pi"),
   amount = 2000,
   email = "buyer@example.com",
+  paymentStatus = "paid",
+  type = "checkout.session.completed",
+  currency = "eur",
 } = {}) {
   return JSON.stringify({
     id,
     object: "event",
-    type: "checkout.session.completed",
+    type,
     created: Math.floor(Date.now() / 1000),
     data: {
       object: {
         id: session,
         object: "checkout.session",
         amount_total: amount,
-        currency: "eur",
+        currency,
         customer_details: { email },
         payment_intent: paymentIntent,
+        payment_status: paymentStatus,
       },
     },
   });

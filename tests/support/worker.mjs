@@ -66,7 +66,7 @@ export async function startWorker(vars = {}, options = {}) {
     cf: false,
     handleStructuredLogs: ({ message }) => {
       logs.push(message);
-      if (process.env.WORKER_LOGS) console.error(message);
+      if (process.env.WORKER_LOGS) console.error(Date.now() % 100000, message);
     },
     ...shared,
     workers: [
@@ -86,6 +86,8 @@ export async function startWorker(vars = {}, options = {}) {
           ...unstable_readConfig({ config: "wrangler.toml" }).vars,
           ...SECRETS,
           TEST_FAULTS: "enabled",
+          // As in .dev.vars.example: an unset target is skipped, not failed.
+          SIDE_EFFECTS: "log",
           EFFECT_RETRY_BASE_MS: "200",
           ...vars,
         },
