@@ -17,7 +17,7 @@
 //! decoded and re-encoded on the way.
 
 use worker::wasm_bindgen::JsValue;
-use worker::{js_sys, Date, Env, Headers, Method, Request, Response, Result};
+use worker::{console_error, js_sys, Date, Env, Headers, Method, Request, Response, Result};
 
 use serde::Serialize;
 
@@ -55,10 +55,15 @@ pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
     }
 }
 
-/// Sets the headers every admin response carries, API and dashboard alike:
-/// no framing (clickjacking), no scripts, styles only inline, forms only to
-/// this origin, no referrer, no content sniffing.
-pub fn harden(mut response: Response) -> Result<Response> {
+/// Sets the headers every admin response carries, API and dashboard alike,
+/// errors included: no framing (clickjacking), no scripts, styles only
+/// inline, forms only to this origin, no referrer, no content sniffing.
+pub fn harden(response: Result<Response>) -> Result<Response> {
+    let mut response = response.or_else(|e| {
+        let error = serde_json::to_string(&e.to_string()).unwrap_or_default();
+        console_error!(r#"{{"msg":"admin_error","error":{error}}}"#);
+        Response::error("internal error", 500)
+    })?;
     let headers = response.headers_mut();
     headers.set(
         "content-security-policy",
@@ -278,8 +283,8 @@ async fn dismiss(env: &Env, source: &str, id: &str) -> Result<Response> {
     }
 }
 
-/// POSTs to one of an event's inbox's operator paths.
-async fn inbox_post(env: &Env, source: &str, id: &str, path: &str) -> Result<Response> {
+/// POSTs to one of an event's inbox's operator paths (`replay`, `dismiss`).
+pub async fn inbox_post(env: &Env, source: &str, id: &str, path: &str) -> Result<Response> {
     let stub = env
         .durable_object(INBOX_BINDING)?
         .get_by_name(&dedupe_key(source, id))?;

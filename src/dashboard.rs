@@ -57,9 +57,28 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
             .strip_prefix("/admin/events/")
             .and_then(|rest| rest.split_once('/'))
         {
-            Some((source, id)) => event_page(env, &admin::decode(source), &admin::decode(id)).await,
+            Some((source, id)) => {
+                event_page(env, &admin::decode(source), &admin::decode(id), None).await
+            }
             None => page(404, "Not found", "<p>No such page.</p>"),
         },
+        (Method::Post, p) => {
+            let action = p
+                .strip_prefix("/admin/events/")
+                .and_then(|rest| rest.rsplit_once('/'))
+                .and_then(|(event, action)| Some((event.split_once('/')?, action)));
+            match action {
+                Some(_) if !same_origin(&req) => {
+                    page(403, "Refused", "<p>A cross-site request was refused.</p>")
+                }
+                Some(((source, id), action @ ("replay" | "dismiss"))) => {
+                    let (source, id) = (admin::decode(source), admin::decode(id));
+                    let notice = resolve(env, &source, &id, action).await?;
+                    event_page(env, &source, &id, Some(&notice)).await
+                }
+                _ => page(404, "Not found", "<p>No such action.</p>"),
+            }
+        }
         _ => page(405, "Not allowed", "<p>Method not allowed.</p>"),
     }
 }
@@ -99,6 +118,48 @@ fn session_ok(req: &Request, token: &str, env: &Env) -> Result<bool> {
                 fresh && admin::token_matches(&session_value(token, issued), value)
             })
         }))
+}
+
+/// Whether a form post comes from this dashboard. The session cookie is
+/// `SameSite=Strict`, so a cross-site post carries none; this refuses one
+/// that says where it comes from, too (`Origin`, `Sec-Fetch-Site`).
+fn same_origin(req: &Request) -> bool {
+    let header = |name: &str| req.headers().get(name).ok().flatten();
+    let url = req.inner().url();
+    let own_origin = url
+        .split_once("://")
+        .and_then(|(scheme, rest)| {
+            let host = rest.split('/').next()?;
+            Some(format!("{scheme}://{host}"))
+        })
+        .unwrap_or_default();
+    let origin_ok = header("origin").is_none_or(|origin| origin == own_origin);
+    let site_ok =
+        header("sec-fetch-site").is_none_or(|site| matches!(site.as_str(), "same-origin" | "none"));
+    origin_ok && site_ok
+}
+
+/// An operator's resolution of a failed event, from its page: a replay
+/// (one more attempt) or a dismissal. Says what happened, in words.
+async fn resolve(env: &Env, source: &str, id: &str, action: &str) -> Result<String> {
+    let mut answer = admin::inbox_post(env, source, id, action).await?;
+    let status = answer.status_code();
+    let body = answer.text().await?;
+    let outcome = serde_json::from_str::<Value>(&body).unwrap_or(Value::Null)["outcome"]
+        .as_str()
+        .map(str::to_string);
+    Ok(match (status, outcome.as_deref()) {
+        (200, Some("processed")) => "Replayed: the effect was applied, once.".into(),
+        (200, Some("duplicate")) => "No-op: the effect had already been applied.".into(),
+        (200, Some("failed")) => {
+            "Replayed: the attempt failed again; the event stays failed.".into()
+        }
+        (200, Some("accepted")) => "An attempt is already in flight; look again shortly.".into(),
+        (200, Some("dismissed")) => "Dismissed: the event will not be applied.".into(),
+        (404, _) => "The inbox holds no such event.".into(),
+        (409, _) => "Only a failed event can be dismissed.".into(),
+        _ => "Not done: the inbox or D1 did not answer; try again.".into(),
+    })
 }
 
 /// Answers 303 to `/admin`, setting the session cookie (empty and expired
@@ -167,7 +228,8 @@ table {{ border-collapse: collapse; width: 100%; }}
 th, td {{ text-align: left; padding: .35rem .6rem; border-bottom: 1px solid #e3e6ec; vertical-align: top; }}
 th {{ background: #f4f6f9; font-weight: 600; }} td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
 code {{ font-size: .92em; }} .bad {{ color: #b3261e; }} .ok {{ color: #1b7f3b; }} .muted {{ color: #687083; }}
-form.login {{ max-width: 22rem; }} form.logout {{ float: right; }} input {{ font: inherit; padding: .4rem; width: 100%; box-sizing: border-box; }}
+form.login {{ max-width: 22rem; }} form.logout {{ float: right; }} form.actions {{ display: inline-block; margin-right: .5rem; }}
+.notice {{ background: #eef4ff; padding: .5rem .8rem; }} input {{ font: inherit; padding: .4rem; width: 100%; box-sizing: border-box; }}
 button {{ font: inherit; padding: .4rem 1rem; margin-top: .5rem; }}
 </style></head><body>
 <h1>{title}</h1>
@@ -374,10 +436,29 @@ async fn overview(env: &Env) -> Result<Response> {
     page(200, "Webhooks", &body)
 }
 
-async fn event_page(env: &Env, source: &str, id: &str) -> Result<Response> {
+async fn event_page(env: &Env, source: &str, id: &str, notice: Option<&str>) -> Result<Response> {
     let event = parse(&admin::event(env, source, id).await?);
     let inbox = &event["inbox"];
     let records = &event["records"];
+    let notice = notice.map_or(String::new(), |n| {
+        format!(r#"<p class="notice"><strong>{}</strong></p>"#, escape(n))
+    });
+    // A failed event waits for an operator: one more attempt, or a decision
+    // not to apply it.
+    let actions = if inbox["state"] == "failed" {
+        let base = format!(
+            "/admin/events/{}/{}",
+            js_sys::encode_uri_component(source),
+            js_sys::encode_uri_component(id)
+        );
+        format!(
+            r#"<form class="actions" method="post" action="{0}/replay"><button type="submit">Replay</button></form>
+<form class="actions" method="post" action="{0}/dismiss"><button type="submit">Dismiss</button></form>"#,
+            escape(&base)
+        )
+    } else {
+        String::new()
+    };
     let inbox_html = if inbox.is_null() {
         r#"<p class="muted">The inbox holds nothing for this event (never received, or past retention).</p>"#.into()
     } else {
@@ -439,7 +520,7 @@ async fn event_page(env: &Env, source: &str, id: &str) -> Result<Response> {
         })
         .collect();
     let body = format!(
-        r#"{LOGOUT}<p><a href="/admin">← all events</a> · <code>{}</code></p>
+        r#"{LOGOUT}<p><a href="/admin">← all events</a> · <code>{}</code></p>{notice}{actions}
 <h2>Deliveries</h2>{inbox_html}
 <p class="muted">Every copy below passed signature verification: nothing else reaches the inbox.</p>{attempts_html}
 <h2>Effect</h2>{ledger_html}

@@ -19,10 +19,11 @@ pub struct VerifiedEvent {
     pub body: String,
     /// SHA-256 of `body`, hex: how the delivery log tells copies apart.
     pub body_sha256: String,
-    /// Whether the ledger fences on `body_sha256` too: when the signature
-    /// does not cover the id, one signed body makes one effect per source,
-    /// whatever id it arrives under (see `effects`).
-    pub fence_body: bool,
+    /// Where the signature does not cover the id: the SHA-256 (hex) of what
+    /// it does cover, which the ledger fences on, so that one signed body
+    /// makes one effect per source whatever id it arrives under (see
+    /// `effects` and `Provider::replay_fence`).
+    pub fence: Option<String>,
     /// When the first copy arrived, in milliseconds since the Unix epoch.
     pub received_at: i64,
 }

@@ -11,6 +11,7 @@ use worker::wasm_bindgen::JsValue;
 use worker::{Date, Env, Result};
 
 use crate::config::DB_BINDING;
+use crate::effects::{self, Statement};
 use crate::event::VerifiedEvent;
 
 /// Lists the event as failed (again: a new failure clears a dismissal).
@@ -44,20 +45,24 @@ pub async fn resolve(env: &Env, source: &str, event_id: &str) -> Result<()> {
     .await
 }
 
-/// An operator decided not to apply the event: the row stays, as the record
-/// of that decision, and leaves the list of failures to act on.
-pub async fn dismiss(env: &Env, source: &str, event_id: &str) -> Result<()> {
-    let params = [
-        JsValue::from_str(source),
-        JsValue::from_str(event_id),
-        JsValue::from_f64(Date::now().as_millis() as f64),
-    ];
-    run(
-        env,
-        "UPDATE failed_events SET dismissed_at = ?3 WHERE source = ?1 AND event_id = ?2",
-        &params,
-    )
-    .await
+/// An operator decided not to apply the event: its row here stays, as the
+/// record of that decision, and leaves the list of failures to act on; and
+/// in the same transaction the ledger records the event as handled, so that
+/// no later copy applies it — not even after its inbox has forgotten it.
+pub async fn dismiss(env: &Env, event: &VerifiedEvent) -> Result<()> {
+    let now = Date::now().as_millis() as i64;
+    let record = Statement {
+        sql: "UPDATE failed_events SET dismissed_at = ?3 WHERE source = ?1 AND event_id = ?2",
+        params: vec![
+            event.source.as_str().into(),
+            event.id.as_str().into(),
+            now.into(),
+        ],
+    };
+    let db = env.d1(DB_BINDING)?;
+    effects::apply(&db, event, vec![effects::ledger_row(event, now), record])
+        .await
+        .map(drop)
 }
 
 async fn run(env: &Env, sql: &str, params: &[JsValue]) -> Result<()> {

@@ -243,29 +243,28 @@ const EVENT_TABLE: &str = "CREATE TABLE event (
         last_error TEXT,
         done_at INTEGER,
         fault TEXT,
-        duplicates INTEGER NOT NULL DEFAULT 0,
         reported INTEGER NOT NULL DEFAULT 0,
         replay_of TEXT,
-        fence_body INTEGER NOT NULL DEFAULT 0
+        fence TEXT
     )";
 
 /// Columns added since the first release, for inboxes created before them:
-/// `duplicates` counts later copies (the copies log keeps the last
-/// [`COPIES_KEPT`]), `reported` says whether a failure is in
-/// `failed_events`, `replay_of` names the event whose signed body this one
-/// repeated, `fence_body` is [`VerifiedEvent::fence_body`].
-const EVENT_UPGRADES: [&str; 5] = [
-    "ALTER TABLE event ADD COLUMN duplicates INTEGER NOT NULL DEFAULT 0",
+/// `reported` says whether `failed_events` lists the event (set when its
+/// failure is written, cleared when a later success is), `replay_of` names
+/// the event whose signed content this one repeated, `fence` is
+/// [`VerifiedEvent::fence`].
+const EVENT_UPGRADES: [&str; 3] = [
     "ALTER TABLE event ADD COLUMN reported INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE event ADD COLUMN replay_of TEXT",
-    "ALTER TABLE event ADD COLUMN fence_body INTEGER NOT NULL DEFAULT 0",
-    "UPDATE event SET duplicates = (SELECT count(*) FROM copies)",
+    "ALTER TABLE event ADD COLUMN fence TEXT",
 ];
 
 /// The last later copies: when each arrived, and its payload by size and
 /// SHA-256 only (a copy that differs from the first stands out). Created
 /// with the first duplicate, so an event delivered once (the common case)
-/// costs one table, not two. The first copy is the event row itself.
+/// costs one table, not two. The first copy is the event row itself. The
+/// newest row's `rowid` counts every copy ever logged: SQLite gives each
+/// insert one more than the largest, and only the oldest rows are deleted.
 const COPIES_TABLE: &str = "CREATE TABLE IF NOT EXISTS copies (
         at INTEGER NOT NULL,
         bytes INTEGER NOT NULL,
@@ -273,18 +272,19 @@ const COPIES_TABLE: &str = "CREATE TABLE IF NOT EXISTS copies (
     )";
 
 /// How many later copies the log keeps. A request replayed 20,000 times
-/// must not make its event unreadable (SQLite values stop at 2 MB): the row
-/// counts them all, the log keeps the last ones.
+/// must not make its event unreadable (SQLite values stop at 2 MB): the
+/// rowid counts them all, the log keeps the last ones.
 const COPIES_KEPT: i64 = 100;
 
 /// The stored event, read column by column: never re-encoded through JSON,
 /// so a body at the size cap loads whatever bytes it holds.
 const LOAD_EVENT: &str = "SELECT source, provider, event_id, type, body, received_at, state,
-        effect_attempts, fault, last_error, done_at, duplicates, reported, replay_of, fence_body
+        effect_attempts, fault, last_error, done_at, reported, replay_of, fence
     FROM event";
 
 /// The event's states, as stored.
 const RECEIVED: &str = "received";
+const DONE: &str = "done";
 const FAILED: &str = "failed";
 const DISMISSED: &str = "dismissed";
 
@@ -298,7 +298,6 @@ struct EventRow {
     fault: Option<Fault>,
     last_error: Option<String>,
     done_at: Option<i64>,
-    duplicates: i64,
     reported: bool,
     replay_of: Option<String>,
 }
@@ -323,7 +322,7 @@ impl EventRow {
                 id: required(2)?,
                 kind: required(3)?,
                 body_sha256: crate::event::sha256_hex(body.as_bytes()),
-                fence_body: int(14).unwrap_or_default() != 0,
+                fence: text(13),
                 body,
                 received_at: int(5).unwrap_or_default(),
             },
@@ -332,9 +331,8 @@ impl EventRow {
             fault: text(8).as_deref().and_then(Fault::parse),
             last_error: text(9),
             done_at: int(10),
-            duplicates: int(11).unwrap_or_default(),
-            reported: int(12).unwrap_or_default() != 0,
-            replay_of: text(13),
+            reported: int(11).unwrap_or_default() != 0,
+            replay_of: text(12),
         })
     }
 
@@ -495,10 +493,17 @@ impl DurableObject for EventInbox {
                 self.report_failure(&row, &settings).await?;
                 Response::ok("failure reported")
             }
+            // Done, but still listed as failed: take it off first.
+            DONE if row.reported && !self.resolve_report(&row.event).await => {
+                self.set_alarm_in(settings.backoff_ms(row.effect_attempts.max(1)))
+                    .await?;
+                Response::ok("failure report still to resolve")
+            }
             _ if now() >= row.expires_at(&settings) => {
+                // Storage first: should deleting it fail, the alarm stays.
                 let storage = self.state.storage();
-                storage.delete_alarm().await?;
                 storage.delete_all().await?;
+                storage.delete_alarm().await?;
                 self.event_table_ready.set(false);
                 self.copies_table_ready.set(false);
                 Response::ok("expired")
@@ -540,8 +545,7 @@ impl EventInbox {
             None => {
                 self.sql.exec(EVENT_TABLE, None)?;
             }
-            Some(sql) if !sql.contains("fence_body") => {
-                self.ensure_copies_table()?;
+            Some(sql) if !sql.contains("fence") => {
                 for upgrade in EVENT_UPGRADES {
                     self.sql.exec(upgrade, None)?;
                 }
@@ -550,6 +554,25 @@ impl EventInbox {
         }
         self.event_table_ready.set(true);
         Ok(())
+    }
+
+    /// Whether the copies table exists (created with the first duplicate),
+    /// asked without creating it.
+    fn copies_table(&self) -> Result<bool> {
+        if self.copies_table_ready.get() {
+            return Ok(true);
+        }
+        let found = self
+            .sql
+            .exec(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'copies'",
+                None,
+            )?
+            .raw()
+            .next()
+            .is_some();
+        self.copies_table_ready.set(found);
+        Ok(found)
     }
 
     fn ensure_copies_table(&self) -> Result<()> {
@@ -624,7 +647,7 @@ impl EventInbox {
         let inserted = self
             .sql
             .exec(
-                "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault, fence_body)
+                "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault, fence)
                  VALUES (1, ?, ?, ?, ?, ?, ?, 'received', ?, ?)
                  ON CONFLICT (singleton) DO NOTHING
                  RETURNING singleton",
@@ -636,7 +659,7 @@ impl EventInbox {
                     event.body.as_str().into(),
                     event.received_at.into(),
                     fault.map_or(SqlStorageValue::Null, |f| f.name().into()),
-                    i64::from(event.fence_body).into(),
+                    event.fence.as_deref().map_or(SqlStorageValue::Null, Into::into),
                 ],
             )?
             .raw()
@@ -647,48 +670,56 @@ impl EventInbox {
         }
         let held = self
             .sql
+            .exec("SELECT state FROM event", None)?
+            .raw()
+            .next()
+            .transpose()?;
+        let Some([SqlStorageValue::String(state)]) = held.as_deref() else {
+            return Err("inbox row: unreadable state".into());
+        };
+        self.ensure_copies_table()?;
+        let logged = self
+            .sql
             .exec(
-                "UPDATE event SET duplicates = duplicates + 1 RETURNING state, duplicates",
-                None,
+                "INSERT INTO copies (at, bytes, sha256) VALUES (?, ?, ?) RETURNING rowid",
+                vec![
+                    now().into(),
+                    (event.body.len() as i64).into(),
+                    event.body_sha256.as_str().into(),
+                ],
             )?
             .raw()
             .next()
             .transpose()?;
-        let (state, duplicates) = match held.as_deref() {
-            Some([SqlStorageValue::String(state), SqlStorageValue::Integer(n)]) => {
-                (state.clone(), *n)
+        if let Some([SqlStorageValue::Integer(copies)]) = logged.as_deref() {
+            if *copies > COPIES_KEPT {
+                self.sql.exec(
+                    "DELETE FROM copies WHERE rowid <= ?",
+                    vec![(*copies - COPIES_KEPT).into()],
+                )?;
             }
-            _ => return Err("inbox row: unreadable state".into()),
-        };
-        self.ensure_copies_table()?;
-        self.sql.exec(
-            "INSERT INTO copies (at, bytes, sha256) VALUES (?, ?, ?)",
-            vec![
-                now().into(),
-                (event.body.len() as i64).into(),
-                event.body_sha256.as_str().into(),
-            ],
-        )?;
-        if duplicates > COPIES_KEPT {
-            self.sql.exec(
-                "DELETE FROM copies WHERE rowid <= (SELECT max(rowid) FROM copies) - ?",
-                vec![COPIES_KEPT.into()],
-            )?;
         }
-        Ok(Claim::Held(state))
+        Ok(Claim::Held(state.clone()))
     }
 
-    /// One more attempt at a failed event (a new copy, or an operator's
-    /// replay), after marking it `received` synchronously so that copies
-    /// arriving meanwhile are duplicates of an attempt in flight.
+    /// One more attempt at a failed event for a new copy of it.
     async fn reopen(&self, settings: &InboxSettings) -> Result<Answer> {
+        self.reopen_failed(settings).await?;
+        let row = self.load()?.ok_or("inbox row vanished")?;
+        let fault = row.pending_fault();
+        self.retry_now(row, fault, settings).await
+    }
+
+    /// Marks a `failed` event `received` synchronously, so that copies
+    /// arriving meanwhile are duplicates of the attempt about to run, and
+    /// arms a near alarm, so that the attempt is retried if this instance
+    /// dies during it (the alarm left by the failure is a retention away).
+    async fn reopen_failed(&self, settings: &InboxSettings) -> Result<()> {
         self.sql.exec(
             "UPDATE event SET state = 'received' WHERE state = 'failed'",
             None,
         )?;
-        let row = self.load()?.ok_or("inbox row vanished")?;
-        let fault = row.pending_fault();
-        self.retry_now(row, fault, settings).await
+        self.set_alarm_in(settings.retry_base_ms).await
     }
 
     /// An operator's replay: runs the effect path again for the held event,
@@ -706,10 +737,9 @@ impl EventInbox {
             return Ok(Some(Outcome::Accepted.into()));
         }
         let settings = InboxSettings::from_env(&self.env).map_err(|e| e.to_string())?;
-        self.sql.exec(
-            "UPDATE event SET state = 'received' WHERE state = 'failed'",
-            None,
-        )?;
+        if row.state == FAILED {
+            self.reopen_failed(&settings).await?;
+        }
         Ok(Some(self.retry_now(row, None, &settings).await?))
     }
 
@@ -730,8 +760,11 @@ impl EventInbox {
         Ok(tried.answer(&source))
     }
 
-    /// An operator's decision not to apply a failed event. Recorded in
-    /// `failed_events` first: if D1 is down the event stays `failed`.
+    /// An operator's decision not to apply a failed event. The state moves
+    /// first, synchronously, so that a copy arriving while D1 records the
+    /// decision is a duplicate, not a reopening; if D1 refuses, it moves
+    /// back and the event stays `failed`. D1 records it as handled in the
+    /// ledger, so no later copy applies it, even after this inbox forgets.
     async fn dismiss(&self) -> Result<Response> {
         let Some(row) = self.held()? else {
             return Response::error("no event", 404);
@@ -739,12 +772,18 @@ impl EventInbox {
         if row.state != FAILED {
             return Response::error("only a failed event can be dismissed", 409);
         }
-        failed_events::dismiss(&self.env, &row.event.source, &row.event.id).await?;
+        let settings = InboxSettings::from_env(&self.env).map_err(|e| e.to_string())?;
         self.sql.exec(
             "UPDATE event SET state = 'dismissed', done_at = ? WHERE state = 'failed'",
             vec![now().into()],
         )?;
-        let settings = InboxSettings::from_env(&self.env).map_err(|e| e.to_string())?;
+        if let Err(e) = failed_events::dismiss(&self.env, &row.event).await {
+            self.sql.exec(
+                "UPDATE event SET state = 'failed', done_at = NULL WHERE state = 'dismissed'",
+                None,
+            )?;
+            return Err(e);
+        }
         self.set_alarm_in(settings.retention_ms).await?;
         log(&LogLine::new("event_dismissed", &row.event.key()));
         Response::from_json(&Answer::from(Outcome::Dismissed))
@@ -771,16 +810,20 @@ impl EventInbox {
             sha256: row.event.body_sha256.clone(),
         };
         let mut attempts = vec![first];
-        if row.duplicates > 0 {
-            self.ensure_copies_table()?;
+        let mut copies = 0;
+        if self.copies_table()? {
             for copy in self
                 .sql
-                .exec("SELECT at, bytes, sha256 FROM copies ORDER BY rowid", None)?
+                .exec(
+                    "SELECT rowid, at, bytes, sha256 FROM copies ORDER BY rowid",
+                    None,
+                )?
                 .raw()
             {
-                if let [SqlStorageValue::Integer(at), SqlStorageValue::Integer(bytes), SqlStorageValue::String(sha256)] =
+                if let [SqlStorageValue::Integer(rowid), SqlStorageValue::Integer(at), SqlStorageValue::Integer(bytes), SqlStorageValue::String(sha256)] =
                     copy?.as_slice()
                 {
+                    copies = *rowid;
                     attempts.push(Attempt {
                         at: *at,
                         copy: "duplicate",
@@ -798,7 +841,7 @@ impl EventInbox {
             received_at: row.event.received_at,
             done_at: row.done_at,
             reported: row.reported,
-            deliveries: row.duplicates + 1,
+            deliveries: copies + 1,
             attempts,
             body: row.event.body,
         }))
@@ -841,18 +884,18 @@ impl EventInbox {
                     .next()
                     .transpose()?;
                 if matches!(was_reported.as_deref(), Some([SqlStorageValue::Integer(1)])) {
-                    // Listed as failed before this attempt: no longer.
-                    if let Err(e) =
-                        failed_events::resolve(&self.env, &event.source, &event.id).await
-                    {
-                        log(&LogLine::new("failed_event_unresolved", &event.key())
-                            .error(&e.to_string()));
-                    }
+                    // Listed as failed before this attempt: no longer. If D1
+                    // refuses, `reported` stays set and the alarm tries again.
+                    self.resolve_report(&event).await;
                 }
                 Ok(Tried::Applied(applied))
             }
             Err(error) => {
-                let failures = self.record_failure(&error)?;
+                let Some(failures) = self.record_failure(&error)? else {
+                    // Not an attempt at a pending event (an operator's
+                    // replay of a finished one): nothing changed.
+                    return Err(format!("replay failed, the event is unchanged: {error}").into());
+                };
                 let exhausted = failures >= settings.max_attempts;
                 log(&LogLine::new("effect_failed", &event.key())
                     .attempt(failures, exhausted)
@@ -941,23 +984,41 @@ impl EventInbox {
         Ok(applied)
     }
 
-    /// Counts a failed attempt; returns the failures so far. Read back from
-    /// storage, not memory: the alarm and a delivery may both have tried.
-    fn record_failure(&self, error: &str) -> Result<i64> {
+    /// Counts a failed attempt at a `received` event; returns the failures
+    /// so far, read back from storage, not memory: the alarm and a delivery
+    /// may both have tried. `None` when the event is not `received` (a
+    /// replay of a finished event failed): nothing is counted.
+    fn record_failure(&self, error: &str) -> Result<Option<i64>> {
         let row = self
             .sql
             .exec(
                 "UPDATE event SET effect_attempts = effect_attempts + 1, last_error = ?
+                 WHERE state = 'received'
                  RETURNING effect_attempts",
                 vec![error.into()],
             )?
             .raw()
             .next()
             .transpose()?;
-        match row.as_deref() {
-            Some([SqlStorageValue::Integer(n)]) => Ok(*n),
-            Some([SqlStorageValue::Float(n)]) => Ok(*n as i64),
-            _ => Err("no event row to count a failure on".into()),
+        Ok(match row.as_deref() {
+            Some([SqlStorageValue::Integer(n)]) => Some(*n),
+            Some([SqlStorageValue::Float(n)]) => Some(*n as i64),
+            _ => None,
+        })
+    }
+
+    /// Takes a done event off the failed list; clears `reported` once D1
+    /// has. A refusal is logged, and the alarm tries again.
+    async fn resolve_report(&self, event: &VerifiedEvent) -> bool {
+        match failed_events::resolve(&self.env, &event.source, &event.id).await {
+            Ok(()) => {
+                let cleared = self.sql.exec("UPDATE event SET reported = 0", None);
+                cleared.is_ok()
+            }
+            Err(e) => {
+                log(&LogLine::new("failed_event_unresolved", &event.key()).error(&e.to_string()));
+                false
+            }
         }
     }
 

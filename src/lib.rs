@@ -56,12 +56,10 @@ fn start() {
 async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let path = req.path();
     if let Some(rest) = path.strip_prefix("/admin/api/") {
-        return admin::handle(req, &env, rest).await.and_then(admin::harden);
+        return admin::harden(admin::handle(req, &env, rest).await);
     }
     if path == "/admin" || path.starts_with("/admin/") {
-        return dashboard::handle(req, &env, &path)
-            .await
-            .and_then(admin::harden);
+        return admin::harden(dashboard::handle(req, &env, &path).await);
     }
     match path.strip_prefix("/webhooks/") {
         Some(source) if req.method() == Method::Post => {

@@ -273,6 +273,8 @@ async fn receive(
         .header("x-test-fault")
         .filter(|_| limits.test_faults)
         .and_then(Fault::parse);
+    let body_sha256 = crate::event::sha256_hex(&raw.body);
+    let fence = provider.replay_fence(&raw, &body_sha256);
     let body = String::from_utf8(raw.body)
         .map_err(|_| Rejection::MalformedBody("body is not UTF-8".into()))?;
     let event = VerifiedEvent {
@@ -280,8 +282,8 @@ async fn receive(
         provider: provider.name().to_string(),
         id: identity.id,
         kind: identity.kind,
-        body_sha256: crate::event::sha256_hex(body.as_bytes()),
-        fence_body: !provider.signs_event_id(),
+        body_sha256,
+        fence,
         body,
         received_at: Date::now().as_millis() as i64,
     };

@@ -92,17 +92,22 @@ fn parse(name: &str, json: &str) -> Result<SourceConfig, ConfigError> {
             without_values(&e.to_string())
         ))
     })?;
-    let is_variable_name =
-        |var: &str| !var.is_empty() && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    // A variable's name, upper-case as Cloudflare's are written. Anything
+    // else is likely the secret itself, pasted where its variable's name
+    // goes (hex and `lin_wh_…` secrets included): say so without repeating it.
+    let is_variable_name = |var: &str| {
+        var.bytes().next().is_some_and(|b| b.is_ascii_uppercase())
+            && var
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+    };
     if config
         .secret
         .as_deref()
         .is_some_and(|var| !is_variable_name(var))
     {
-        // Likely the secret itself, pasted where its variable's name goes:
-        // say so without repeating it.
         return Err(ConfigError(format!(
-            "SOURCES.{name}.secret must name a variable (letters, digits, _), not hold the secret"
+            "SOURCES.{name}.secret must name a variable (A-Z, 0-9, _), not hold the secret"
         )));
     }
     Ok(config)
@@ -164,5 +169,10 @@ mod tests {
         assert!(error.starts_with("SOURCES.acme: invalid type"), "{error}");
         assert!(!error.contains("whsec_abc"), "{error}");
         assert!(parse("acme", r#"{"provider":"github","secret":"ACME_SECRET_2"}"#).is_ok());
+        for pasted in ["0f3a9c1d2e", "lin_wh_abcdef", "acme_secret"] {
+            let json = format!(r#"{{"provider":"github","secret":"{pasted}"}}"#);
+            let error = parse("acme", &json).unwrap_err().0;
+            assert!(!error.contains(pasted), "{error}");
+        }
     }
 }

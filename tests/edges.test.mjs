@@ -4,6 +4,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { request } from "node:http";
+import { createHash, createHmac } from "node:crypto";
 
 import { SECRETS, eventually, startWorker } from "./support/worker.mjs";
 import { checkoutCompleted, githubHeaders, starEvent, stripeHeaders, uniqueId } from "./support/sign.mjs";
@@ -95,7 +96,6 @@ describe("a signed body replayed under fresh ids", () => {
     // Stripe signs the body, which holds the id: the fence never sees two
     // ids with one body. Standard Webhooks signs the id itself.
     const body = JSON.stringify({ type: "ping", data: {} });
-    const { createHmac } = await import("node:crypto");
     const key = Buffer.from("c2VjcmV0LWtleS1mb3ItdGVzdHMtMTIzNDU2", "base64");
     const sources = JSON.stringify({ std: { provider: "standard-webhooks", secret: "STD_SECRET" } });
     const std = await startWorker({ SOURCES: JSON.parse(sources), STD_SECRET: "whsec_c2VjcmV0LWtleS1mb3ItdGVzdHMtMTIzNDU2" });
@@ -191,7 +191,12 @@ describe("no acknowledged event is lost or stuck", () => {
       assert.equal(again.status, 409);
       await again.arrayBuffer();
       await eventually(async () => (await short.inboxState(`stripe:${id}`)) === null, 15_000, "the inbox to forget");
-      assert.equal(await short.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 0);
+      // The ledger records it as handled: a copy after the inbox forgot is
+      // a duplicate, and the effect never happens.
+      assert.equal((await sendStripe(short, body)).body.outcome, "duplicate");
+      assert.equal(await short.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+      const session = JSON.parse(body).data.object.id;
+      assert.equal(await short.scalar("SELECT count(*) FROM orders WHERE checkout_session_id = ?", session), 0);
     } finally {
       await short.dispose();
     }
@@ -515,9 +520,12 @@ describe("the demo effects are right", () => {
       await sendStripe(s, checkoutCompleted({ session: failedSession, paymentStatus: "unpaid" }));
       await sendStripe(s, checkoutCompleted({ session: failedSession, paymentStatus: "unpaid", type: "checkout.session.async_payment_failed" }));
       assert.equal(await s.scalar("SELECT status FROM orders WHERE checkout_session_id = ?", failedSession), "payment_failed");
-      // A late "completed" cannot move a paid order back.
+      // A late "completed" cannot move a paid order back, nor a failed one
+      // back to waiting.
       await sendStripe(s, checkoutCompleted({ session, email, paymentStatus: "unpaid" }));
       assert.equal((await order()).status, "paid");
+      await sendStripe(s, checkoutCompleted({ session: failedSession, paymentStatus: "unpaid" }));
+      assert.equal(await s.scalar("SELECT status FROM orders WHERE checkout_session_id = ?", failedSession), "payment_failed");
     } finally {
       await s.dispose();
     }
@@ -599,6 +607,109 @@ describe("smaller truths", () => {
         assert.match(res.headers.get("content-security-policy") ?? "", /frame-ancestors 'none'/);
         await res.arrayBuffer();
       }
+    } finally {
+      await s.dispose();
+    }
+  });
+});
+
+describe("Twilio at its edges", () => {
+  const TOKEN_TWILIO = "twilio_auth_token_1234";
+  const sign = (url, params = "") => createHmac("sha1", TOKEN_TWILIO).update(url + params).digest("base64");
+  const formSigned = (url, pairs) =>
+    sign(url, [...pairs].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([n, v]) => n + v).join(""));
+  let t;
+  before(async () => {
+    t = await startWorker({ SOURCES: { twilio: { provider: "twilio" } }, TWILIO_WEBHOOK_SECRET: TOKEN_TWILIO });
+  });
+  after(() => t.dispose());
+  const post = (body, headers) =>
+    t.post("/webhooks/twilio", body, { "content-type": "application/x-www-form-urlencoded", ...headers }).then(reply);
+
+  test("the URL verifies with and without its default port", async () => {
+    const pairs = [["MessageSid", uniqueId("SM")], ["MessageStatus", "delivered"]];
+    const body = pairs.map(([n, v]) => `${n}=${v}`).join("&");
+    const res = await post(body, {
+      "x-twilio-signature": formSigned("http://localhost:80/webhooks/twilio", pairs),
+      "i-twilio-idempotency-token": uniqueId("idem"),
+    });
+    assert.equal(res.body.outcome, "processed");
+  });
+
+  test("a JSON request's signature re-sent with an empty form is refused: bodySHA256 binds the body", async () => {
+    const json = JSON.stringify({ status: "delivered" });
+    const digest = createHash("sha256").update(json).digest("hex");
+    const url = `http://localhost/webhooks/twilio?bodySHA256=${digest}`;
+    const signature = sign(url);
+    const headers = { "x-twilio-signature": signature, "i-twilio-idempotency-token": uniqueId("idem") };
+    const ok = await t.post(`/webhooks/twilio?bodySHA256=${digest}`, json, { "content-type": "application/json", ...headers }).then(reply);
+    assert.equal(ok.body.outcome, "processed");
+    const empty = await t
+      .post(`/webhooks/twilio?bodySHA256=${digest}`, "", {
+        "content-type": "application/x-www-form-urlencoded",
+        ...headers,
+        "i-twilio-idempotency-token": uniqueId("idem"),
+      })
+      .then(reply);
+    assert.deepEqual(empty, { status: 401, body: { error: "bad_signature" } });
+  });
+
+  test("a form of more than 1,000 parameters is 400 before any HMAC", async () => {
+    const body = Array.from({ length: 1001 }, (_, i) => `p${i}=1`).join("&");
+    const res = await post(body, { "x-twilio-signature": "AAAA", "i-twilio-idempotency-token": uniqueId("idem") });
+    assert.deepEqual(res, { status: 400, body: { error: "malformed_body" } });
+  });
+
+  test("the same signed form, reordered, under a fresh idempotency token is a replay", async () => {
+    const sid = uniqueId("SM");
+    const pairs = [["MessageSid", sid], ["MessageStatus", "delivered"]];
+    const signature = formSigned("http://localhost/webhooks/twilio", pairs);
+    const first = await post(`MessageSid=${sid}&MessageStatus=delivered`, {
+      "x-twilio-signature": signature,
+      "i-twilio-idempotency-token": uniqueId("idem"),
+    });
+    assert.equal(first.body.outcome, "processed");
+    const token = uniqueId("idem");
+    const again = await post(`MessageStatus=delivered&MessageSid=${sid}&`, {
+      "x-twilio-signature": signature,
+      "i-twilio-idempotency-token": token,
+    });
+    assert.deepEqual(again.body, { outcome: "duplicate", key: `twilio:${token}` });
+    assert.ok(t.logged("delivery").some((l) => l.key === `twilio:${token}` && l.reason === "replayed_body"));
+  });
+});
+
+describe("the dashboard resolves a failed event", () => {
+  test("Dismiss on the event's page; a cross-site post is refused", async () => {
+    const s = await startWorker({ ADMIN_TOKEN: TOKEN, EFFECT_MAX_ATTEMPTS: "1", EFFECT_RETRY_BASE_MS: "100" });
+    try {
+      const body = checkoutCompleted();
+      const id = JSON.parse(body).id;
+      await sendStripe(s, body, { "x-test-fault": "effect-always-fails" });
+      await eventually(async () => (await s.inboxState(`stripe:${id}`)).reported, 10_000, "the failure");
+      const login = await s.mf.dispatchFetch("http://localhost/admin/login", {
+        method: "POST",
+        body: `token=${TOKEN}`,
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+        redirect: "manual",
+      });
+      const cookie = login.headers.get("set-cookie").split(";")[0];
+      await login.arrayBuffer();
+      const pageHtml = await (await s.mf.dispatchFetch(`http://localhost/admin/events/stripe/${id}`, { headers: { cookie } })).text();
+      assert.match(pageHtml, /action="\/admin\/events\/stripe\/[^"]+\/dismiss"/);
+      const action = (origin) =>
+        s.mf.dispatchFetch(`http://localhost/admin/events/stripe/${id}/dismiss`, {
+          method: "POST",
+          headers: { cookie, origin },
+        });
+      const forged = await action("http://evil.example");
+      assert.equal(forged.status, 403);
+      await forged.arrayBuffer();
+      assert.equal((await s.inboxState(`stripe:${id}`)).state, "failed");
+      const done = await action("http://localhost");
+      assert.equal(done.status, 200);
+      assert.match(await done.text(), /Dismissed: the event will not be applied/);
+      assert.equal((await s.inboxState(`stripe:${id}`)).state, "dismissed");
     } finally {
       await s.dispose();
     }

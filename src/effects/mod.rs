@@ -73,7 +73,7 @@ pub struct Statement {
 pub struct PlanError(pub String);
 
 const LEDGER_INSERT: &str = "INSERT INTO processed_events \
-     (source, event_id, type, received_at, processed_at, body_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+     (source, event_id, type, received_at, processed_at, fence_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
 /// An event's effect: the batch to commit, and the keys of the outbox rows
 /// it writes (to enqueue once it has committed).
@@ -83,11 +83,11 @@ pub struct Plan {
     pub outbox_keys: Vec<String>,
 }
 
-/// The full batch for an event: the ledger row first, then its writes, then
-/// one outbox row per side effect. `now` (ms) stamps `processed_at` and the
-/// rows.
-pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
-    let ledger = Statement {
+/// The event's ledger row: "handled", with what the fence needs. The first
+/// statement of every effect batch, and alone the record of an event an
+/// operator dismissed.
+pub fn ledger_row(event: &VerifiedEvent, now: i64) -> Statement {
+    Statement {
         sql: LEDGER_INSERT,
         params: vec![
             event.source.as_str().into(),
@@ -95,12 +95,16 @@ pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
             event.kind.as_str().into(),
             event.received_at.into(),
             now.into(),
-            event
-                .fence_body
-                .then_some(event.body_sha256.as_str())
-                .into(),
+            event.fence.as_deref().into(),
         ],
-    };
+    }
+}
+
+/// The full batch for an event: the ledger row first, then its writes, then
+/// one outbox row per side effect. `now` (ms) stamps `processed_at` and the
+/// rows.
+pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
+    let ledger = ledger_row(event, now);
     let body = event.body.as_str();
     let checkout = match event.provider.as_str() {
         "stripe" => orders_outcome(&event.kind),
@@ -195,16 +199,13 @@ async fn ledger_holder(db: &worker::D1Database, event: &VerifiedEvent) -> worker
     let holder = db
         .prepare(
             "SELECT event_id FROM processed_events \
-             WHERE source = ?1 AND (event_id = ?2 OR body_sha256 = ?3) \
+             WHERE source = ?1 AND (event_id = ?2 OR fence_sha256 = ?3) \
              ORDER BY event_id = ?2 DESC LIMIT 1",
         )
         .bind(&to_js(vec![
             event.source.as_str().into(),
             event.id.as_str().into(),
-            event
-                .fence_body
-                .then_some(event.body_sha256.as_str())
-                .into(),
+            event.fence.as_deref().into(),
         ]))?
         .first::<String>(Some("event_id"))
         .await?;
@@ -262,7 +263,7 @@ mod tests {
             kind: kind.into(),
             body: body.into(),
             body_sha256: crate::event::sha256_hex(body.as_bytes()),
-            fence_body: true,
+            fence: Some(crate::event::sha256_hex(body.as_bytes())),
             received_at: 1_000,
         }
     }

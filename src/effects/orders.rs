@@ -11,7 +11,9 @@
 //! does not — days later in an `async_payment_*` event. So an order is
 //! `paid` only when Stripe says `payment_status: "paid"`; otherwise it waits
 //! as `awaiting_payment`, and a later failure makes it `payment_failed`.
-//! Events may arrive in any order: no update moves a `paid` order back.
+//! Events may arrive in any order, and a failed one may be applied days
+//! later: no update moves a `paid` order back, and a late `completed`
+//! (unpaid) does not move a `payment_failed` one back to waiting.
 
 use serde::Deserialize;
 
@@ -56,12 +58,17 @@ struct PaymentIntent {
     id: String,
 }
 
-/// Records the order in `status` (?7), never moving a `paid` one back.
+/// Records the order in `status` (?7), never moving it back: `paid` stays,
+/// and `payment_failed` does not return to `awaiting_payment`.
 const UPSERT_ORDER: &str = "INSERT INTO orders \
      (checkout_session_id, payment_intent_id, status, amount, currency, customer_email, created_at, updated_at) \
      VALUES (?1, ?2, ?7, ?3, ?4, ?5, ?6, ?6) \
      ON CONFLICT (checkout_session_id) DO UPDATE SET \
-       status = CASE WHEN orders.status = 'paid' THEN 'paid' ELSE excluded.status END, \
+       status = CASE \
+         WHEN orders.status = 'paid' THEN 'paid' \
+         WHEN orders.status = 'payment_failed' AND excluded.status = 'awaiting_payment' \
+           THEN 'payment_failed' \
+         ELSE excluded.status END, \
        payment_intent_id = COALESCE(excluded.payment_intent_id, orders.payment_intent_id), \
        amount = excluded.amount, currency = excluded.currency, \
        customer_email = excluded.customer_email, updated_at = excluded.updated_at";

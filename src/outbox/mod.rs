@@ -229,12 +229,17 @@ async fn process(
                 .build(),
         ),
         Err(e) => {
-            // D1 unreachable or the like: nothing was decided; try again.
+            // D1 unreachable or the like: nothing was decided; try again
+            // after a jittered first backoff, not at once into an outage.
             console_error!(
                 "{}",
                 log_line("outbox_error", &job.key, None, Some(&e.to_string()))
             );
-            message.retry();
+            message.retry_with_options(
+                &QueueRetryOptionsBuilder::new()
+                    .with_delay_seconds(settings.backoff_secs(1))
+                    .build(),
+            );
         }
     }
 }
@@ -250,13 +255,16 @@ struct Claimed {
     action: String,
     payload: String,
     attempts: i64,
+    /// As stored: compared back exactly, whether D1 kept it as an integer
+    /// or a real (it binds JS numbers).
+    lease_until: f64,
 }
 
 #[derive(Deserialize)]
 struct Current {
     status: String,
-    lease_until: Option<i64>,
-    next_attempt_at: i64,
+    lease_until: Option<f64>,
+    next_attempt_at: f64,
 }
 
 async fn handle(
@@ -277,9 +285,14 @@ async fn handle(
              WHERE idempotency_key = ?1 \
                AND ((status = 'pending' AND next_attempt_at <= ?2) \
                     OR (status = 'sending' AND lease_until < ?2)) \
-             RETURNING json_object('action', action, 'payload', payload, 'attempts', attempts) AS row",
+             RETURNING json_object('action', action, 'payload', payload, 'attempts', attempts, \
+                 'lease_until', lease_until) AS row",
         )
-        .bind(&[key.into(), (now as f64).into(), (settings.lease_ms as f64).into()])?,
+        .bind(&[
+            key.into(),
+            (now as f64).into(),
+            (settings.lease_ms as f64).into(),
+        ])?,
     )
     .await?;
 
@@ -299,13 +312,13 @@ async fn handle(
                 status,
                 lease_until: Some(until),
                 ..
-            }) if status == "sending" => Next::RetryIn(seconds_until(until - now)),
+            }) if status == "sending" => Next::RetryIn(seconds_until(until as i64 - now)),
             // Not due yet (an early redelivery, relay or replay): then.
             Some(Current {
                 status,
                 next_attempt_at,
                 ..
-            }) if status == "pending" => Next::RetryIn(seconds_until(next_attempt_at - now)),
+            }) if status == "pending" => Next::RetryIn(seconds_until(next_attempt_at as i64 - now)),
             // Sent, dead, or unknown: nothing to do.
             _ => Next::Ack,
         });
@@ -320,6 +333,7 @@ async fn handle(
         db,
         key,
         attempts: row.attempts,
+        lease_until: row.lease_until,
     };
     let performed = perform(&row.action, &row.payload, &call).await;
     if let Some(ms) = fault
@@ -347,7 +361,7 @@ async fn handle(
             };
             let note_value = note.as_deref().map_or(JsValue::NULL, JsValue::from_str);
             if claim
-                .complete("status = 'sent', note = ?4", &[note_value])
+                .complete("status = 'sent', note = ?5", &[note_value])
                 .await?
             {
                 console_log!(
@@ -359,7 +373,7 @@ async fn handle(
         }
         Err(error) if row.attempts >= settings.max_attempts => {
             if claim
-                .complete("status = 'dead', last_error = ?4", &[error.as_str().into()])
+                .complete("status = 'dead', last_error = ?5", &[error.as_str().into()])
                 .await?
             {
                 console_error!(
@@ -384,7 +398,7 @@ async fn handle(
             let due = ((now + i64::from(delay) * 1000) as f64).into();
             let rescheduled = claim
                 .complete(
-                    "status = 'pending', last_error = ?4, next_attempt_at = ?5",
+                    "status = 'pending', last_error = ?5, next_attempt_at = ?6",
                     &[error.as_str().into(), due],
                 )
                 .await?;
@@ -401,28 +415,32 @@ async fn handle(
     }
 }
 
-/// A row this consumer run claimed: its key and the attempt number the
-/// claim wrote. Every completion is conditional on both, so a run whose
-/// lease expired (a slow call) cannot overwrite the result of the run that
-/// took the row over.
+/// A row this consumer run claimed: its key, and the attempt number and
+/// lease the claim wrote. Every completion is conditional on all three, so
+/// a run whose lease expired (stalled after its call) cannot overwrite the
+/// result of the run that took the row over — not even when a requeue has
+/// reset the attempt count since (the lease time tells the claims apart).
 struct Claim<'a> {
     db: &'a D1Database,
     key: &'a str,
     attempts: i64,
+    lease_until: f64,
 }
 
 impl Claim<'_> {
-    /// Sets `assignments` (which may use `?4`, `?5` for `values`), clears
+    /// Sets `assignments` (which may use `?5`, `?6` for `values`), clears
     /// the lease, and says whether the claim still held.
     async fn complete(&self, assignments: &str, values: &[JsValue]) -> worker::Result<bool> {
         let sql = format!(
             "UPDATE outbox SET {assignments}, lease_until = NULL, updated_at = ?3 \
-             WHERE idempotency_key = ?1 AND status = 'sending' AND attempts = ?2"
+             WHERE idempotency_key = ?1 AND status = 'sending' AND attempts = ?2 \
+               AND lease_until = ?4"
         );
         let mut params = vec![
             self.key.into(),
             (self.attempts as f64).into(),
             (now() as f64).into(),
+            self.lease_until.into(),
         ];
         params.extend_from_slice(values);
         let changes = self

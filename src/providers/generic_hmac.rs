@@ -40,7 +40,7 @@ impl Location {
             Ok(Location::Json(pointer.trim().to_string()))
         } else {
             Err(ConfigError(format!(
-                "{what} must be header:<name> or json:<pointer>, got '{setting}'"
+                "{what} must be header:<name> or json:<pointer>"
             )))
         }
     }
@@ -77,11 +77,7 @@ impl GenericHmac {
         let encoding = match config.encoding.as_deref().unwrap_or("hex") {
             "hex" => Encoding::Hex,
             "base64" => Encoding::Base64,
-            other => {
-                return Err(ConfigError(format!(
-                    "encoding must be hex or base64, got '{other}'"
-                )))
-            }
+            _ => return Err(ConfigError("encoding must be hex or base64".into())),
         };
         let timestamp_header = match config.signed.as_deref().unwrap_or("{body}") {
             "{body}" => None,
@@ -92,10 +88,10 @@ impl GenericHmac {
                     .ok_or_else(|| missing("timestamp_header"))?
                     .to_ascii_lowercase(),
             ),
-            other => {
-                return Err(ConfigError(format!(
-                    "signed must be {{body}} or {{timestamp}}.{{body}}, got '{other}'"
-                )))
+            _ => {
+                return Err(ConfigError(
+                    "signed must be {body} or {timestamp}.{body}".into(),
+                ))
             }
         };
         Ok(GenericHmac {
@@ -118,9 +114,13 @@ impl Provider for GenericHmac {
         "hmac"
     }
 
-    /// Only a key read from the body is signed; a header key is not.
-    fn signs_event_id(&self) -> bool {
-        matches!(self.key, Location::Json(_))
+    /// A key read from the body is signed; a header key is not, and then
+    /// the body is the fence.
+    fn replay_fence(&self, _req: &RawRequest, body_sha256: &str) -> Option<String> {
+        match self.key {
+            Location::Json(_) => None,
+            Location::Header(_) => Some(body_sha256.to_string()),
+        }
     }
 
     fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection> {

@@ -166,12 +166,14 @@ pub trait Provider {
     /// Reads the event id and type. Only called on a verified request.
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection>;
 
-    /// Whether the signature covers the event id. Where it does not (the id
-    /// is an unsigned header), the ledger also fences on the body, so that a
-    /// signed body resent under a fresh id is a duplicate. Where it does,
-    /// two events may legitimately share a body, and only the id counts.
-    fn signs_event_id(&self) -> bool {
-        false
+    /// Where the signature does not cover the event id (an unsigned
+    /// header), the SHA-256 of what it does cover: the ledger fences on it
+    /// too, so that a signed body resent under a fresh id is a duplicate.
+    /// By default the raw body's (`body_sha256`, hex). `None` where the id
+    /// is signed: there, two events may legitimately share a body, and only
+    /// the id counts.
+    fn replay_fence(&self, _req: &RawRequest, body_sha256: &str) -> Option<String> {
+        Some(body_sha256.to_string())
     }
 }
 
@@ -189,10 +191,10 @@ pub fn build(config: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
         "paddle" => Box::new(Paddle),
         "twilio" => Box::new(Twilio),
         "hmac" => Box::new(GenericHmac::from_config(config)?),
-        other => {
-            return Err(ConfigError(format!(
-                "unknown provider '{other}' (stripe, github, standard-webhooks, svix, shopify, slack, linear, paddle, twilio, hmac)"
-            )))
+        _ => {
+            return Err(ConfigError(
+                "unknown provider: use stripe, github, standard-webhooks, svix, shopify, slack, linear, paddle, twilio or hmac".into(),
+            ))
         }
     })
 }

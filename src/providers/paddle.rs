@@ -15,9 +15,9 @@ impl Provider for Paddle {
         "paddle"
     }
 
-    /// The id is in the signed body.
-    fn signs_event_id(&self) -> bool {
-        true
+    /// The id is in the signed body: no fence beyond it.
+    fn replay_fence(&self, _req: &RawRequest, _body_sha256: &str) -> Option<String> {
+        None
     }
 
     fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection> {

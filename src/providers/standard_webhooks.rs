@@ -80,9 +80,9 @@ impl Provider for StandardWebhooks {
         self.name
     }
 
-    /// The id header is part of the signed content.
-    fn signs_event_id(&self) -> bool {
-        true
+    /// The id header is part of the signed content: no fence beyond it.
+    fn replay_fence(&self, _req: &RawRequest, _body_sha256: &str) -> Option<String> {
+        None
     }
 
     fn check_secret(&self, secret: &[u8]) -> Result<(), String> {

@@ -46,9 +46,9 @@ impl Provider for Stripe {
         "stripe"
     }
 
-    /// The id is in the signed body.
-    fn signs_event_id(&self) -> bool {
-        true
+    /// The id is in the signed body: no fence beyond it.
+    fn replay_fence(&self, _req: &RawRequest, _body_sha256: &str) -> Option<String> {
+        None
     }
 
     fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection> {

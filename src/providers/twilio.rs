@@ -163,6 +163,27 @@ impl Provider for Twilio {
         Ok(secret)
     }
 
+    /// A form's signature covers its parameters decoded and sorted, not its
+    /// bytes: `B=2&A=1` verifies as well as `A=1&B=2`. So the fence is what
+    /// is signed — the sorted pairs — and a reordered or re-encoded copy is
+    /// still a replay. A body bound by `bodySHA256` is fenced by its bytes.
+    fn replay_fence(&self, req: &RawRequest, body_sha256: &str) -> Option<String> {
+        if query_param(&req.url, "bodySHA256").is_none() && is_form(req) {
+            let mut pairs = form_pairs(&req.body).ok()?;
+            pairs.sort();
+            let mut signed = Vec::new();
+            for (name, value) in pairs {
+                // Length-prefixed, so that no two lists of pairs collide.
+                for part in [name, value] {
+                    signed.extend_from_slice(&(part.len() as u64).to_le_bytes());
+                    signed.extend_from_slice(part.as_bytes());
+                }
+            }
+            return Some(crate::event::sha256_hex(&signed));
+        }
+        Some(body_sha256.to_string())
+    }
+
     /// The type is the status or event the body reports, when it has one.
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {
         let id =
@@ -370,6 +391,23 @@ mod tests {
             verify(&request(URL, FORM, Some(SIG), &enough), "12345"),
             Err(Rejection::BadSignature)
         );
+    }
+
+    #[test]
+    fn a_reordered_or_reencoded_form_has_the_same_fence() {
+        let fence = |body: &str| Twilio.replay_fence(&request(URL, FORM, Some(SIG), body), "raw");
+        let sorted = fence("A=1&B=two+words");
+        assert!(sorted.is_some());
+        assert_eq!(fence("B=two%20words&A=1&"), sorted);
+        assert_ne!(fence("A=1&B=two"), sorted);
+        assert_ne!(fence("A=1B&B=two words"), fence("A=1&BB=two words"));
+        let json = request(
+            "https://example.com/t?bodySHA256=00",
+            "application/json",
+            None,
+            "{}",
+        );
+        assert_eq!(Twilio.replay_fence(&json, "raw"), Some("raw".into()));
     }
 
     #[test]
