@@ -57,7 +57,8 @@ pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
 
 /// Sets the headers every admin response carries, API and dashboard alike,
 /// errors included: no framing (clickjacking), no scripts, styles only
-/// inline, forms only to this origin, no referrer, no content sniffing.
+/// inline, forms only to this origin, no referrer to other sites, no
+/// content sniffing.
 pub fn harden(response: Result<Response>) -> Result<Response> {
     let mut response = response.or_else(|e| {
         let error = serde_json::to_string(&e.to_string()).unwrap_or_default();
@@ -71,7 +72,9 @@ pub fn harden(response: Result<Response>) -> Result<Response> {
          frame-ancestors 'none'; base-uri 'none'",
     )?;
     headers.set("x-content-type-options", "nosniff")?;
-    headers.set("referrer-policy", "no-referrer")?;
+    // Not `no-referrer`: with it, browsers send `Origin: null` on the
+    // dashboard's own form posts, which the same-origin check must refuse.
+    headers.set("referrer-policy", "same-origin")?;
     Ok(response)
 }
 
@@ -199,8 +202,10 @@ pub async fn events(
         "processed" => {
             "SELECT json_group_array(json_object('source', source, 'event_id', event_id, 'type', type, \
                  'status', 'processed', 'received_at', received_at, 'processed_at', processed_at)) AS json \
-             FROM (SELECT * FROM processed_events \
+             FROM (SELECT * FROM processed_events p \
                    WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR type = ?2) \
+                     AND NOT EXISTS (SELECT 1 FROM failed_events f WHERE f.source = p.source \
+                       AND f.event_id = p.event_id AND f.dismissed_at IS NOT NULL) \
                    ORDER BY processed_at DESC LIMIT ?3)"
         }
         "failed" => {
@@ -330,7 +335,9 @@ pub async fn stats_json(env: &Env) -> Result<String> {
              'counters', (SELECT json_group_array(json_object('source', source, 'counter', counter, \
                  'value', value)) FROM source_counters), \
              'processed', (SELECT json_group_array(json_object('source', source, 'events', n)) \
-                 FROM (SELECT source, count(*) AS n FROM processed_events GROUP BY source)), \
+                 FROM (SELECT source, count(*) AS n FROM processed_events p \
+                 WHERE NOT EXISTS (SELECT 1 FROM failed_events f WHERE f.source = p.source \
+                   AND f.event_id = p.event_id AND f.dismissed_at IS NOT NULL) GROUP BY source)), \
              'failed', (SELECT json_group_array(json_object('source', source, 'events', n)) \
                  FROM (SELECT source, count(*) AS n FROM failed_events WHERE dismissed_at IS NULL \
                  GROUP BY source)), \

@@ -58,7 +58,11 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
             .and_then(|rest| rest.split_once('/'))
         {
             Some((source, id)) => {
-                event_page(env, &admin::decode(source), &admin::decode(id), None).await
+                let url = req.inner().url();
+                let notice = url.split_once("?done=").and_then(|(_, code)| {
+                    NOTICES.iter().find(|(c, _)| *c == code).map(|(_, n)| *n)
+                });
+                event_page(env, &admin::decode(source), &admin::decode(id), notice).await
             }
             None => page(404, "Not found", "<p>No such page.</p>"),
         },
@@ -71,10 +75,16 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
                 Some(_) if !same_origin(&req) => {
                     page(403, "Refused", "<p>A cross-site request was refused.</p>")
                 }
-                Some(((source, id), action @ ("replay" | "dismiss"))) => {
-                    let (source, id) = (admin::decode(source), admin::decode(id));
-                    let notice = resolve(env, &source, &id, action).await?;
-                    event_page(env, &source, &id, Some(&notice)).await
+                Some(((raw_source, raw_id), action @ ("replay" | "dismiss"))) => {
+                    let (source, id) = (admin::decode(raw_source), admin::decode(raw_id));
+                    let done = resolve(env, &source, &id, action).await;
+                    // Post, redirect, get: a reload does not post again.
+                    let headers = Headers::new();
+                    headers.set(
+                        "location",
+                        &format!("/admin/events/{raw_source}/{raw_id}?done={done}"),
+                    )?;
+                    Ok(Response::empty()?.with_status(303).with_headers(headers))
                 }
                 _ => page(404, "Not found", "<p>No such action.</p>"),
             }
@@ -122,9 +132,14 @@ fn session_ok(req: &Request, token: &str, env: &Env) -> Result<bool> {
 
 /// Whether a form post comes from this dashboard. The session cookie is
 /// `SameSite=Strict`, so a cross-site post carries none; this refuses one
-/// that says where it comes from, too (`Origin`, `Sec-Fetch-Site`).
+/// that says where it comes from, too. Browsers send `Sec-Fetch-Site`, and
+/// it decides (a proxy that rewrites the host cannot fool it); otherwise an
+/// `Origin`, if any, must be this one.
 fn same_origin(req: &Request) -> bool {
     let header = |name: &str| req.headers().get(name).ok().flatten();
+    if let Some(site) = header("sec-fetch-site") {
+        return site == "same-origin";
+    }
     let url = req.inner().url();
     let own_origin = url
         .split_once("://")
@@ -133,34 +148,53 @@ fn same_origin(req: &Request) -> bool {
             Some(format!("{scheme}://{host}"))
         })
         .unwrap_or_default();
-    let origin_ok = header("origin").is_none_or(|origin| origin == own_origin);
-    let site_ok =
-        header("sec-fetch-site").is_none_or(|site| matches!(site.as_str(), "same-origin" | "none"));
-    origin_ok && site_ok
+    header("origin").is_none_or(|origin| origin == own_origin)
 }
 
 /// An operator's resolution of a failed event, from its page: a replay
-/// (one more attempt) or a dismissal. Says what happened, in words.
-async fn resolve(env: &Env, source: &str, id: &str, action: &str) -> Result<String> {
-    let mut answer = admin::inbox_post(env, source, id, action).await?;
+/// (one more attempt) or a dismissal. Returns what happened, as one of
+/// [`NOTICES`]' codes, for the page it redirects to.
+async fn resolve(env: &Env, source: &str, id: &str, action: &str) -> &'static str {
+    let Ok(mut answer) = admin::inbox_post(env, source, id, action).await else {
+        return "not-done";
+    };
     let status = answer.status_code();
-    let body = answer.text().await?;
+    let body = answer.text().await.unwrap_or_default();
     let outcome = serde_json::from_str::<Value>(&body).unwrap_or(Value::Null)["outcome"]
         .as_str()
         .map(str::to_string);
-    Ok(match (status, outcome.as_deref()) {
-        (200, Some("processed")) => "Replayed: the effect was applied, once.".into(),
-        (200, Some("duplicate")) => "No-op: the effect had already been applied.".into(),
-        (200, Some("failed")) => {
-            "Replayed: the attempt failed again; the event stays failed.".into()
-        }
-        (200, Some("accepted")) => "An attempt is already in flight; look again shortly.".into(),
-        (200, Some("dismissed")) => "Dismissed: the event will not be applied.".into(),
-        (404, _) => "The inbox holds no such event.".into(),
-        (409, _) => "Only a failed event can be dismissed.".into(),
-        _ => "Not done: the inbox or D1 did not answer; try again.".into(),
-    })
+    match (status, outcome.as_deref()) {
+        (200, Some("processed")) => "applied",
+        (200, Some("duplicate")) => "no-op",
+        (200, Some("failed")) => "failed-again",
+        (200, Some("accepted")) => "in-flight",
+        (200, Some("dismissed")) => "dismissed",
+        (404, _) => "no-event",
+        (409, _) => "not-failed",
+        _ => "not-done",
+    }
 }
+
+/// What an action did, by the code in the event page's `?done=`.
+const NOTICES: [(&str, &str); 8] = [
+    ("applied", "Replayed: the effect was applied, once."),
+    ("no-op", "No-op: the effect had already been applied."),
+    (
+        "failed-again",
+        "Replayed: the attempt failed again; the event stays failed.",
+    ),
+    (
+        "in-flight",
+        "An attempt is already in flight; look again shortly.",
+    ),
+    ("dismissed", "Dismissed: the event will not be applied."),
+    ("no-event", "The inbox holds no such event."),
+    ("not-failed", "Only a failed event can be dismissed."),
+    (
+        "not-done",
+        "Not done: the inbox or D1 did not answer; try again.",
+    ),
+];
 
 /// Answers 303 to `/admin`, setting the session cookie (empty and expired
 /// to sign out).
@@ -494,8 +528,14 @@ async fn event_page(env: &Env, source: &str, id: &str, notice: Option<&str>) -> 
         .collect();
     let attempts_html = table(&["arrived", "copy", "bytes", "payload SHA-256"], &attempts);
     let ledger = &records["ledger"];
+    let dismissed_at = &records["failure"]["dismissed_at"];
     let ledger_html = if ledger.is_null() {
         r#"<p class="muted">No ledger row: the effect has not committed.</p>"#.into()
+    } else if !dismissed_at.is_null() {
+        format!(
+            r#"<p class="muted">Dismissed by an operator at {}: no effect was applied, and the ledger row keeps any later copy from applying it.</p>"#,
+            time(dismissed_at)
+        )
     } else {
         table(
             &["type", "received", "processed"],

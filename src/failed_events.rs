@@ -11,11 +11,22 @@ use worker::wasm_bindgen::JsValue;
 use worker::{Date, Env, Result};
 
 use crate::config::DB_BINDING;
-use crate::effects::{self, Statement};
+use crate::effects::{self, Applied, Statement};
 use crate::event::VerifiedEvent;
 
-/// Lists the event as failed (again: a new failure clears a dismissal).
-pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<()> {
+/// What [`record`] did.
+pub enum Recorded {
+    /// The event is on the failed list.
+    Listed,
+    /// The ledger holds the event (its effect committed after all, or an
+    /// operator dismissed it): nothing was listed.
+    AlreadyHandled,
+}
+
+/// Lists the event as failed (again: a new failure clears a dismissal),
+/// unless the ledger already holds it — so a report that arrives late
+/// cannot list an event that was applied or dismissed meanwhile.
+pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Recorded> {
     let now = Date::now().as_millis() as f64;
     let params = [
         JsValue::from_str(&event.source),
@@ -25,13 +36,25 @@ pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<()>
         JsValue::from_f64(now),
         JsValue::from_str(error),
     ];
-    run(
-        env,
-        "INSERT OR REPLACE INTO failed_events \
-         (source, event_id, type, received_at, failed_at, last_error) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        &params,
-    )
-    .await
+    let changes = env
+        .d1(DB_BINDING)?
+        .prepare(
+            "INSERT OR REPLACE INTO failed_events \
+             (source, event_id, type, received_at, failed_at, last_error) \
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE NOT EXISTS \
+               (SELECT 1 FROM processed_events WHERE source = ?1 AND event_id = ?2)",
+        )
+        .bind(&params)?
+        .run()
+        .await?
+        .meta()?
+        .and_then(|meta| meta.changes)
+        .unwrap_or(0);
+    Ok(if changes > 0 {
+        Recorded::Listed
+    } else {
+        Recorded::AlreadyHandled
+    })
 }
 
 /// The effect committed after all: the event is no longer a failure.
@@ -49,7 +72,10 @@ pub async fn resolve(env: &Env, source: &str, event_id: &str) -> Result<()> {
 /// record of that decision, and leaves the list of failures to act on; and
 /// in the same transaction the ledger records the event as handled, so that
 /// no later copy applies it — not even after its inbox has forgotten it.
-pub async fn dismiss(env: &Env, event: &VerifiedEvent) -> Result<()> {
+/// `Applied::Now` when dismissed; `Earlier` or `Replayed` when the ledger
+/// shows the effect committed after all (nothing was dismissed: the row is
+/// resolved instead).
+pub async fn dismiss(env: &Env, event: &VerifiedEvent) -> Result<Applied> {
     let now = Date::now().as_millis() as i64;
     let record = Statement {
         sql: "UPDATE failed_events SET dismissed_at = ?3 WHERE source = ?1 AND event_id = ?2",
@@ -60,9 +86,11 @@ pub async fn dismiss(env: &Env, event: &VerifiedEvent) -> Result<()> {
         ],
     };
     let db = env.d1(DB_BINDING)?;
-    effects::apply(&db, event, vec![effects::ledger_row(event, now), record])
-        .await
-        .map(drop)
+    let applied = effects::apply(&db, event, vec![effects::ledger_row(event, now), record]).await?;
+    if applied != Applied::Now {
+        resolve(env, &event.source, &event.id).await?;
+    }
+    Ok(applied)
 }
 
 async fn run(env: &Env, sql: &str, params: &[JsValue]) -> Result<()> {

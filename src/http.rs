@@ -30,12 +30,12 @@ pub enum BodyError {
     Unreadable(String),
 }
 
-/// Reads a request's body, refusing it as soon as it passes `cap` bytes. A
-/// declared `Content-Length` over the cap is refused before a byte is read;
-/// one within it is read whole (the runtime delivers no more than declared).
-/// Without one (a chunked request, HTTP/2) the body is read as a stream and
-/// the running total decides. Memory never holds more than the cap plus one
-/// chunk, whatever the sender claims or sends.
+/// Reads a request's body as a stream, refusing it as soon as it passes
+/// `cap` bytes. A declared `Content-Length` over the cap is refused before a
+/// byte is read; otherwise the running total decides, whatever the header
+/// says (it is advisory over HTTP/2, and a chunked body may carry one too).
+/// Memory never holds more than the cap plus one chunk, whatever the sender
+/// claims or sends.
 pub async fn read_capped(req: &mut Request, cap: usize) -> std::result::Result<Vec<u8>, BodyError> {
     use futures_util::StreamExt;
 
@@ -50,18 +50,6 @@ pub async fn read_capped(req: &mut Request, cap: usize) -> std::result::Result<V
     }
     if req.inner().body().is_none() {
         return Ok(Vec::new());
-    }
-    if declared.is_some() {
-        // One call into the runtime instead of a read per chunk.
-        let body = req
-            .bytes()
-            .await
-            .map_err(|e| BodyError::Unreadable(e.to_string()))?;
-        return if body.len() > cap {
-            Err(BodyError::TooLarge)
-        } else {
-            Ok(body)
-        };
     }
     let mut stream = req
         .stream()

@@ -36,7 +36,8 @@ use worker::{
 use crate::config::{InboxSettings, DB_BINDING};
 use crate::effects::{self, Applied};
 use crate::event::{dedupe_key, VerifiedEvent};
-use crate::{failed_events, http, outbox};
+use crate::failed_events::{self, Recorded};
+use crate::{http, outbox};
 
 /// What a delivery did, as the sender is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -263,9 +264,11 @@ const EVENT_UPGRADES: [&str; 3] = [
 /// SHA-256 only (a copy that differs from the first stands out). Created
 /// with the first duplicate, so an event delivered once (the common case)
 /// costs one table, not two. The first copy is the event row itself. The
-/// newest row's `rowid` counts every copy ever logged: SQLite gives each
-/// insert one more than the largest, and only the oldest rows are deleted.
+/// newest row's `seq` counts every copy ever logged: SQLite gives each
+/// insert one more than the largest, only the oldest rows are deleted, and
+/// as an `INTEGER PRIMARY KEY` it is kept as is by a VACUUM.
 const COPIES_TABLE: &str = "CREATE TABLE IF NOT EXISTS copies (
+        seq INTEGER PRIMARY KEY,
         at INTEGER NOT NULL,
         bytes INTEGER NOT NULL,
         sha256 TEXT NOT NULL
@@ -753,18 +756,29 @@ impl EventInbox {
         settings: &InboxSettings,
     ) -> Result<Answer> {
         let source = row.event.source.clone();
+        let backoff = settings.backoff_ms(row.effect_attempts.max(1));
         let tried = self.attempt_effect(row.event, fault, settings).await?;
         if matches!(tried, Tried::Applied(_)) {
-            self.set_alarm_in(settings.retention_ms).await?;
+            // Still listed as failed (D1 refused the resolve): the alarm
+            // tries again soon, not a retention away.
+            let listed = self.held()?.is_some_and(|row| row.reported);
+            let next = if listed {
+                backoff
+            } else {
+                settings.retention_ms
+            };
+            self.set_alarm_in(next).await?;
         }
         Ok(tried.answer(&source))
     }
 
     /// An operator's decision not to apply a failed event. The state moves
     /// first, synchronously, so that a copy arriving while D1 records the
-    /// decision is a duplicate, not a reopening; if D1 refuses, it moves
-    /// back and the event stays `failed`. D1 records it as handled in the
-    /// ledger, so no later copy applies it, even after this inbox forgets.
+    /// decision is a duplicate, not a reopening. D1 records it as handled in
+    /// the ledger, so no later copy applies it, even after this inbox
+    /// forgets. Should the ledger show the effect committed after all (a
+    /// lost reply, or the same body under another id), there is nothing to
+    /// dismiss: the event is done, and the answer says `duplicate`.
     async fn dismiss(&self) -> Result<Response> {
         let Some(row) = self.held()? else {
             return Response::error("no event", 404);
@@ -777,16 +791,33 @@ impl EventInbox {
             "UPDATE event SET state = 'dismissed', done_at = ? WHERE state = 'failed'",
             vec![now().into()],
         )?;
-        if let Err(e) = failed_events::dismiss(&self.env, &row.event).await {
-            self.sql.exec(
-                "UPDATE event SET state = 'failed', done_at = NULL WHERE state = 'dismissed'",
-                None,
-            )?;
-            return Err(e);
-        }
+        let answer = match failed_events::dismiss(&self.env, &row.event).await {
+            Ok(Applied::Now) => {
+                log(&LogLine::new("event_dismissed", &row.event.key()));
+                Outcome::Dismissed
+            }
+            Ok(_) => {
+                self.sql.exec(
+                    "UPDATE event SET state = 'done', reported = 0 WHERE state = 'dismissed'",
+                    None,
+                )?;
+                Outcome::Duplicate
+            }
+            Err(e) => {
+                // Unknown whether D1 committed (its reply may be what was
+                // lost): back to failed and unreported, and the alarm's
+                // report, which checks the ledger first, settles it soon.
+                self.sql.exec(
+                    "UPDATE event SET state = 'failed', done_at = NULL, reported = 0
+                     WHERE state = 'dismissed'",
+                    None,
+                )?;
+                self.set_alarm_in(settings.retry_base_ms).await?;
+                return Err(e);
+            }
+        };
         self.set_alarm_in(settings.retention_ms).await?;
-        log(&LogLine::new("event_dismissed", &row.event.key()));
-        Response::from_json(&Answer::from(Outcome::Dismissed))
+        Response::from_json(&Answer::from(answer))
     }
 
     /// The event's progress and its deliveries, without creating tables in
@@ -910,7 +941,12 @@ impl EventInbox {
                 )?;
                 let row = self.load()?.ok_or("inbox row vanished")?;
                 self.report_failure(&row, settings).await?;
-                Ok(Tried::GaveUp)
+                // The report may have found the effect in the ledger after
+                // all (an attempt whose reply was lost): then it is done.
+                Ok(match self.state_now()?.as_deref() {
+                    Some(DONE) => Tried::Applied(Applied::Earlier),
+                    _ => Tried::GaveUp,
+                })
             }
         }
     }
@@ -919,26 +955,56 @@ impl EventInbox {
     /// arms the alarm: to try the report again if D1 refused it, else to
     /// look again in a retention period (a failed event is never forgotten).
     async fn report_failure(&self, row: &EventRow, settings: &InboxSettings) -> Result<()> {
-        if !row.reported {
-            let error = row.last_error.as_deref().unwrap_or("unknown");
-            let written = if Fault::d1_down(row.fault) {
-                Err("injected fault: D1 unavailable".into())
-            } else {
-                failed_events::record(&self.env, &row.event, error).await
-            };
-            match written {
-                Ok(()) => {
-                    self.sql.exec("UPDATE event SET reported = 1", None)?;
-                }
-                Err(e) => {
-                    log(&LogLine::new("failure_report_failed", &row.event.key())
-                        .error(&e.to_string()));
-                    let retry = settings.backoff_ms(row.effect_attempts.max(1));
-                    return self.set_alarm_in(retry).await;
-                }
+        if row.reported {
+            return self.set_alarm_in(settings.retention_ms).await;
+        }
+        let error = row.last_error.as_deref().unwrap_or("unknown");
+        let written = if Fault::d1_down(row.fault) {
+            Err("injected fault: D1 unavailable".into())
+        } else {
+            failed_events::record(&self.env, &row.event, error).await
+        };
+        // D1 was awaited: a copy or an operator may have moved the event on
+        // meanwhile (reopened it, dismissed it). Then this report is moot,
+        // and the alarm is theirs to set.
+        if self.state_now()?.as_deref() != Some(FAILED) {
+            return Ok(());
+        }
+        match written {
+            Ok(Recorded::Listed) => {
+                self.sql.exec("UPDATE event SET reported = 1", None)?;
+                self.set_alarm_in(settings.retention_ms).await
+            }
+            Ok(Recorded::AlreadyHandled) => {
+                // The ledger holds the event: its effect committed after all
+                // (a lost reply), or an operator's dismissal did whose reply
+                // was lost. Nothing is owed: it is done.
+                self.sql.exec(
+                    "UPDATE event SET state = 'done', done_at = ?, reported = 0 WHERE state = 'failed'",
+                    vec![now().into()],
+                )?;
+                self.set_alarm_in(settings.retention_ms).await
+            }
+            Err(e) => {
+                log(&LogLine::new("failure_report_failed", &row.event.key()).error(&e.to_string()));
+                let retry = settings.backoff_ms(row.effect_attempts.max(1));
+                self.set_alarm_in(retry).await
             }
         }
-        self.set_alarm_in(settings.retention_ms).await
+    }
+
+    /// The event's state as stored now (after an `.await`, memory may be stale).
+    fn state_now(&self) -> Result<Option<String>> {
+        let row = self
+            .sql
+            .exec("SELECT state FROM event", None)?
+            .raw()
+            .next()
+            .transpose()?;
+        Ok(match row.as_deref() {
+            Some([SqlStorageValue::String(state)]) => Some(state.clone()),
+            _ => None,
+        })
     }
 
     async fn run_effect(

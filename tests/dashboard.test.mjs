@@ -111,3 +111,21 @@ test("without the session cookie every page asks to sign in; HTML in ids is esca
   assert.equal(await page.locator("h1 b").count(), 0, "no markup from an id");
   await page.close();
 });
+
+test("a failed event's page: Replay applies it once, and says so", async () => {
+  const page = await browser.newPage();
+  await page.goto(`${origin}/admin`);
+  await page.fill("#token", TOKEN);
+  await page.click("button[type=submit]");
+  await page.waitForURL(`${origin}/admin`);
+  await page.goto(`${origin}/admin/events/stripe/${failedId}`);
+  assert.equal(await page.locator("button", { hasText: "Dismiss" }).count(), 1);
+  // A real browser's own form post: Sec-Fetch-Site same-origin, accepted.
+  await page.click("button:has-text('Replay')");
+  await page.waitForURL(/\?done=applied$/);
+  assert.match(await page.locator(".notice").textContent(), /Replayed: the effect was applied, once\./);
+  assert.equal(await page.locator("button", { hasText: "Replay" }).count(), 0, "no actions on a done event");
+  assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", failedId), 1);
+  assert.equal(await w.scalar("SELECT count(*) FROM failed_events WHERE event_id = ?", failedId), 0);
+  await page.close();
+});

@@ -149,6 +149,27 @@ describe("no acknowledged event is lost or stuck", () => {
     }
   });
 
+  test("an effect that committed but lost its reply on the last attempt ends done, not listed as failed", async () => {
+    const o = await startWorker({ ADMIN_TOKEN: TOKEN, EFFECT_MAX_ATTEMPTS: "1", EFFECT_RETRY_BASE_MS: "100" });
+    try {
+      const body = checkoutCompleted();
+      const id = JSON.parse(body).id;
+      // Its one attempt committed, then failed: the budget is spent.
+      const res = await sendStripe(o, body, { "x-test-fault": "fail-after-effect" });
+      assert.equal(res.body.outcome, "duplicate", "answered as an effect the ledger shows committed");
+      // The report finds the ledger row: nothing is owed, the event is done.
+      const state = await eventually(async () => {
+        const s = await o.inboxState(`stripe:${id}`);
+        return s.state === "done" && s;
+      }, 10_000, "the event to settle");
+      assert.equal(state.reported, false);
+      assert.equal(await o.scalar("SELECT count(*) FROM failed_events WHERE event_id = ?", id), 0);
+      assert.equal(await o.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+    } finally {
+      await o.dispose();
+    }
+  });
+
   test("an event done by an alarm retry is forgotten at retention", async () => {
     const short = await startWorker({ RETENTION: "3s" });
     try {
@@ -697,18 +718,25 @@ describe("the dashboard resolves a failed event", () => {
       await login.arrayBuffer();
       const pageHtml = await (await s.mf.dispatchFetch(`http://localhost/admin/events/stripe/${id}`, { headers: { cookie } })).text();
       assert.match(pageHtml, /action="\/admin\/events\/stripe\/[^"]+\/dismiss"/);
-      const action = (origin) =>
+      const action = (headers) =>
         s.mf.dispatchFetch(`http://localhost/admin/events/stripe/${id}/dismiss`, {
           method: "POST",
-          headers: { cookie, origin },
+          headers: { cookie, ...headers },
+          redirect: "manual",
         });
-      const forged = await action("http://evil.example");
-      assert.equal(forged.status, 403);
-      await forged.arrayBuffer();
+      for (const headers of [{ origin: "http://evil.example" }, { "sec-fetch-site": "cross-site" }, { origin: "null" }]) {
+        const forged = await action(headers);
+        assert.equal(forged.status, 403, JSON.stringify(headers));
+        await forged.arrayBuffer();
+      }
       assert.equal((await s.inboxState(`stripe:${id}`)).state, "failed");
-      const done = await action("http://localhost");
-      assert.equal(done.status, 200);
-      assert.match(await done.text(), /Dismissed: the event will not be applied/);
+      const done = await action({ origin: "http://localhost", "sec-fetch-site": "same-origin" });
+      assert.equal(done.status, 303);
+      const location = done.headers.get("location");
+      assert.match(location, /\?done=dismissed$/);
+      await done.arrayBuffer();
+      const shown = await s.mf.dispatchFetch(`http://localhost${location}`, { headers: { cookie } });
+      assert.match(await shown.text(), /Dismissed: the event will not be applied/);
       assert.equal((await s.inboxState(`stripe:${id}`)).state, "dismissed");
     } finally {
       await s.dispose();

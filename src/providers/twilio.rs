@@ -78,6 +78,17 @@ fn percent_decode(text: &str) -> Result<String, Rejection> {
     String::from_utf8(bytes).map_err(|_| malformed())
 }
 
+/// What a form's signature covers after the URL: each parameter's name and
+/// value, decoded, sorted by name, joined with no separator.
+fn signed_params(body: &[u8]) -> Result<String, Rejection> {
+    let mut pairs = form_pairs(body)?;
+    pairs.sort();
+    Ok(pairs
+        .into_iter()
+        .map(|(name, value)| name + &value)
+        .collect())
+}
+
 /// `url` as given, and with its scheme's default port added if absent or
 /// removed if present (`https://host/` and `https://host:443/`).
 fn url_variants(url: &str) -> Vec<String> {
@@ -125,15 +136,11 @@ impl Provider for Twilio {
         // the URL carries bodySHA256, which binds the body instead (checked
         // below, whatever the content type says).
         let body_sha256 = query_param(&req.url, "bodySHA256");
-        let mut params = String::new();
-        if body_sha256.is_none() && is_form(req) {
-            let mut pairs = form_pairs(&req.body)?;
-            pairs.sort();
-            for (name, value) in pairs {
-                params.push_str(&name);
-                params.push_str(&value);
-            }
-        }
+        let params = if body_sha256.is_none() && is_form(req) {
+            signed_params(&req.body)?
+        } else {
+            String::new()
+        };
 
         // Twilio's own validators accept the URL with and without its
         // scheme's default port: a proxy may add or drop it.
@@ -169,17 +176,11 @@ impl Provider for Twilio {
     /// still a replay. A body bound by `bodySHA256` is fenced by its bytes.
     fn replay_fence(&self, req: &RawRequest, body_sha256: &str) -> Option<String> {
         if query_param(&req.url, "bodySHA256").is_none() && is_form(req) {
-            let mut pairs = form_pairs(&req.body).ok()?;
-            pairs.sort();
-            let mut signed = Vec::new();
-            for (name, value) in pairs {
-                // Length-prefixed, so that no two lists of pairs collide.
-                for part in [name, value] {
-                    signed.extend_from_slice(&(part.len() as u64).to_le_bytes());
-                    signed.extend_from_slice(part.as_bytes());
-                }
-            }
-            return Some(crate::event::sha256_hex(&signed));
+            // Exactly the signed string, after the URL without its default
+            // port: any copy that verifies has the same fence.
+            let url = url_variants(&req.url).into_iter().min_by_key(String::len)?;
+            let signed = format!("{url}\n{}", signed_params(&req.body).ok()?);
+            return Some(crate::event::sha256_hex(signed.as_bytes()));
         }
         Some(body_sha256.to_string())
     }
@@ -400,7 +401,15 @@ mod tests {
         assert!(sorted.is_some());
         assert_eq!(fence("B=two%20words&A=1&"), sorted);
         assert_ne!(fence("A=1&B=two"), sorted);
-        assert_ne!(fence("A=1B&B=two words"), fence("A=1&BB=two words"));
+        // Re-split pairs sign the same string: the same fence.
+        assert_eq!(fence("A=1B&B=two words"), fence("A=1&BB=two words"));
+        let with_port = request(
+            &URL.replace(".com", ".com:443"),
+            FORM,
+            Some(SIG),
+            "A=1&B=two+words",
+        );
+        assert_eq!(Twilio.replay_fence(&with_port, "raw"), sorted);
         let json = request(
             "https://example.com/t?bodySHA256=00",
             "application/json",
