@@ -25,7 +25,7 @@ use crate::config::{self, DB_BINDING, INBOX_BINDING};
 use crate::event::dedupe_key;
 use crate::inbox::{Answer, Outcome};
 use crate::signature::Tag;
-use crate::{http, outbox};
+use crate::{effects, http, outbox};
 
 pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
     let Some(token) = admin_token(env) else {
@@ -354,17 +354,13 @@ pub async fn stats_json(env: &Env) -> Result<String> {
 async fn requeue(env: &Env, key: &str) -> Result<Response> {
     let db = env.d1(DB_BINDING)?;
     let now = Date::now().as_millis() as f64;
-    let changed = db
+    let statement = db
         .prepare(
             "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?2, updated_at = ?2 \
              WHERE idempotency_key = ?1 AND status = 'dead'",
         )
-        .bind(&[key.into(), now.into()])?
-        .run()
-        .await?
-        .meta()?
-        .and_then(|meta| meta.changes)
-        .unwrap_or(0);
+        .bind(&[key.into(), now.into()])?;
+    let changed = effects::changed_rows(statement).await?;
     if changed == 0 {
         return Response::error("no dead outbox row with that key", 404);
     }

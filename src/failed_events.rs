@@ -36,7 +36,7 @@ pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Rec
         JsValue::from_f64(now),
         JsValue::from_str(error),
     ];
-    let changes = env
+    let statement = env
         .d1(DB_BINDING)?
         .prepare(
             "INSERT OR REPLACE INTO failed_events \
@@ -44,12 +44,8 @@ pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Rec
              SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE NOT EXISTS \
                (SELECT 1 FROM processed_events WHERE source = ?1 AND event_id = ?2)",
         )
-        .bind(&params)?
-        .run()
-        .await?
-        .meta()?
-        .and_then(|meta| meta.changes)
-        .unwrap_or(0);
+        .bind(&params)?;
+    let changes = effects::changed_rows(statement).await?;
     Ok(if changes > 0 {
         Recorded::Listed
     } else {

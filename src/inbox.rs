@@ -671,15 +671,7 @@ impl EventInbox {
         if inserted.is_some() {
             return Ok(Claim::First);
         }
-        let held = self
-            .sql
-            .exec("SELECT state FROM event", None)?
-            .raw()
-            .next()
-            .transpose()?;
-        let Some([SqlStorageValue::String(state)]) = held.as_deref() else {
-            return Err("inbox row: unreadable state".into());
-        };
+        let state = self.state_now()?.ok_or("inbox row: unreadable state")?;
         self.ensure_copies_table()?;
         let logged = self
             .sql
@@ -702,7 +694,7 @@ impl EventInbox {
                 )?;
             }
         }
-        Ok(Claim::Held(state.clone()))
+        Ok(Claim::Held(state))
     }
 
     /// One more attempt at a failed event for a new copy of it.

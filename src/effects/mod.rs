@@ -193,6 +193,17 @@ pub async fn apply(
     }
 }
 
+/// Runs one statement and returns how many rows it changed: how a
+/// conditional write learns whether its condition held.
+pub async fn changed_rows(statement: worker::D1PreparedStatement) -> worker::Result<usize> {
+    Ok(statement
+        .run()
+        .await?
+        .meta()?
+        .and_then(|meta| meta.changes)
+        .unwrap_or(0))
+}
+
 /// After a ledger clash: which row the event clashed with. Its own id first
 /// (an earlier attempt), else the row holding the same body (a replay).
 async fn ledger_holder(db: &worker::D1Database, event: &VerifiedEvent) -> worker::Result<Applied> {

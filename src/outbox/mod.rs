@@ -32,7 +32,7 @@ use worker::{
 };
 
 use crate::config::{self, OutboxSettings, DB_BINDING, OUTBOX_BINDING, OUTBOX_DLQ_BINDING};
-use crate::effects::Statement;
+use crate::effects::{self, Statement};
 use crate::event::VerifiedEvent;
 use crate::http;
 
@@ -443,15 +443,7 @@ impl Claim<'_> {
             self.lease_until.into(),
         ];
         params.extend_from_slice(values);
-        let changes = self
-            .db
-            .prepare(&sql)
-            .bind(&params)?
-            .run()
-            .await?
-            .meta()?
-            .and_then(|meta| meta.changes)
-            .unwrap_or(0);
+        let changes = effects::changed_rows(self.db.prepare(&sql).bind(&params)?).await?;
         if changes == 0 {
             console_error!(
                 "{}",
