@@ -1,6 +1,7 @@
 // The dashboard as a person sees it, in headless Chromium (Debian's, driven
 // by playwright-core): sign in, read the counters and the events, open one.
-// Saves tests/artifacts/dashboard.png and dashboard-event.png.
+// Saves tests/artifacts/dashboard.png, dashboard-event.png and
+// dashboard-failed-event.png (the copies in docs/ are these).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -120,6 +121,7 @@ test("a failed event's page: Replay applies it once, and says so", async () => {
   await page.waitForURL(`${origin}/admin`);
   await page.goto(`${origin}/admin/events/stripe/${failedId}`);
   assert.equal(await page.locator("button", { hasText: "Dismiss" }).count(), 1);
+  await page.screenshot({ path: "tests/artifacts/dashboard-failed-event.png", fullPage: true });
   // A real browser's own form post: Sec-Fetch-Site same-origin, accepted.
   await page.click("button:has-text('Replay')");
   await page.waitForURL(/\?done=applied$/);
