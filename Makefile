@@ -7,7 +7,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 WRANGLER := node_modules/.bin/wrangler
 
-.PHONY: dev test setup build lint unit e2e bench
+.PHONY: dev test setup build lint unit e2e bench fuzz-props
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars.
@@ -38,6 +38,11 @@ unit:
 
 e2e:
 	node --test --test-concurrency=1 tests/
+
+## The host property fuzz, long: 500,000 cases per property (make test
+## runs 20,000). See RELIABILITY.md.
+fuzz-props:
+	PROPTEST_CASES=500000 cargo test --release --test property_fuzz
 
 ## Throughput and latency against a local worker; see BENCHMARKS.md.
 bench: setup build

@@ -11,13 +11,11 @@
 //! processed reply, one ledger row, and each side effect once. It signs on
 //! its own: nothing here is shared with the worker it checks.
 
-mod signers;
-
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use signers::{delivery, Delivery, PROVIDERS};
+use selftest::signers::{delivery, Delivery, PROVIDERS};
 
 struct Args {
     command: String,

@@ -1,0 +1,530 @@
+//! Property fuzz of the pure half of a delivery: every provider's `verify`
+//! and `identify`, and `effects::plan`, on generated requests — validly
+//! signed ones, mutations of those, and arbitrary header maps and bodies.
+//!
+//! Requests are signed by the self-test CLI's signers (`cli/src/signers.rs`),
+//! which share no code with the verifiers under test.
+//!
+//! Cases per property: `PROPTEST_CASES` (default 20,000, spread over the ten
+//! providers: about 2,000 each). `make fuzz-props` runs 500,000.
+
+use hmac::{Hmac, Mac};
+use idempotent_webhooks::effects;
+use idempotent_webhooks::event::{sha256_hex, VerifiedEvent};
+use idempotent_webhooks::providers::{self, Identity, Provider, RawRequest, VerifyContext};
+use idempotent_webhooks::signature::Secrets;
+use idempotent_webhooks::sources::SourceConfig;
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use selftest::signers;
+use sha2::Sha256;
+
+/// Valid for every provider: at least 8 bytes, and a `whsec_` that decodes
+/// to 24 bytes for Standard Webhooks and Svix.
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const URL: &str = "https://example.com/webhooks/source";
+const TOLERANCE: u64 = 300;
+const NOW: u64 = 1_800_000_000;
+
+const PROVIDERS: [&str; 10] = [
+    "stripe",
+    "github",
+    "standard-webhooks",
+    "svix",
+    "shopify",
+    "slack",
+    "linear",
+    "paddle",
+    "twilio",
+    "hmac",
+];
+
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(20_000);
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+/// The source settings for a provider; `hmac` is a generic source whose key
+/// and timestamp come from headers.
+fn source(provider: &str) -> SourceConfig {
+    let mut config = SourceConfig {
+        provider: provider.into(),
+        ..SourceConfig::default()
+    };
+    if provider == "hmac" {
+        config.header = Some("X-Sig".into());
+        config.prefix = Some("sha256=".into());
+        config.signed = Some("{timestamp}.{body}".into());
+        config.timestamp_header = Some("X-Ts".into());
+        config.key = Some("header:X-Delivery".into());
+        config.event_type = Some("json:/type".into());
+    }
+    config
+}
+
+fn build(provider: &str) -> Box<dyn Provider> {
+    providers::build(&source(provider)).expect("a known provider")
+}
+
+fn context(secrets: &Secrets) -> VerifyContext<'_> {
+    VerifyContext {
+        secrets,
+        now: NOW,
+        tolerance: TOLERANCE,
+    }
+}
+
+/// Percent-encodes a form value.
+fn form_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A body of the provider's shape, with `id` where the provider reads it
+/// and `payload` somewhere inside, signed at `ts`.
+fn body(provider: &str, id: &str, ts: u64, payload: &str) -> String {
+    use serde_json::json;
+    let value = match provider {
+        "stripe" => json!({"id": id, "type": "checkout.session.completed", "created": ts,
+            "data": {"object": {"id": format!("cs_{id}"), "payment_status": "paid", "note": payload,
+                "customer_details": {"email": "a@b.example"}, "amount_total": 100, "currency": "usd"}}}),
+        "github" => json!({"action": "created", "starred_at": "2026-01-01T00:00:00Z",
+            "repository": {"full_name": "o/r"}, "sender": {"login": payload}}),
+        "slack" => {
+            json!({"type": "event_callback", "event_id": id, "event": {"type": "app_mention", "text": payload}})
+        }
+        "paddle" => {
+            json!({"event_id": id, "event_type": "transaction.completed", "data": {"note": payload}})
+        }
+        "linear" => {
+            json!({"action": "create", "type": "Issue", "data": {"id": id, "title": payload},
+            "webhookTimestamp": ts * 1000})
+        }
+        "twilio" => {
+            return format!(
+                "MessageSid=SM{}&Body={}&MessageStatus=delivered",
+                form_encode(id),
+                form_encode(payload)
+            )
+        }
+        _ => json!({"id": id, "type": "note.created", "note": payload}),
+    };
+    value.to_string()
+}
+
+/// A validly signed request of `provider`, signed at `ts`.
+fn signed(provider: &str, id: &str, ts: u64, payload: &str) -> RawRequest {
+    let body = body(provider, id, ts, payload);
+    let headers = if provider == "hmac" {
+        let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+        mac.update(format!("{ts}.{body}").as_bytes());
+        vec![
+            (
+                "X-Sig".into(),
+                format!("sha256={}", hex::encode(mac.finalize().into_bytes())),
+            ),
+            ("X-Ts".into(), ts.to_string()),
+            ("X-Delivery".into(), id.to_string()),
+        ]
+    } else {
+        // The fixture's id (and timestamp) headers, then the signature.
+        let mut headers = signers::fixture(provider, id, ts).unwrap().headers;
+        let signature = signers::sign(provider, SECRET, &body, URL, &headers, ts).unwrap();
+        headers.extend(signature);
+        headers
+    };
+    RawRequest::new(URL, headers, body.into_bytes())
+}
+
+/// The header that carries the signature.
+fn signature_header(provider: &str) -> &'static str {
+    match provider {
+        "stripe" => "stripe-signature",
+        "github" => "x-hub-signature-256",
+        "standard-webhooks" => "webhook-signature",
+        "svix" => "svix-signature",
+        "shopify" => "x-shopify-hmac-sha256",
+        "slack" => "x-slack-signature",
+        "linear" => "linear-signature",
+        "paddle" => "paddle-signature",
+        "twilio" => "x-twilio-signature",
+        _ => "x-sig",
+    }
+}
+
+/// Headers the signature covers besides itself (an id, a timestamp).
+fn signed_headers(provider: &str) -> &'static [&'static str] {
+    match provider {
+        "standard-webhooks" => &["webhook-id", "webhook-timestamp"],
+        "svix" => &["svix-id", "svix-timestamp"],
+        "slack" => &["x-slack-request-timestamp"],
+        "hmac" => &["x-ts"],
+        _ => &[],
+    }
+}
+
+/// The request's headers, lower-cased, as a list to rebuild it from.
+fn headers_of(req: &RawRequest, names: &[&str]) -> Vec<(String, String)> {
+    names
+        .iter()
+        .filter_map(|name| req.header(name).map(|v| (name.to_string(), v.to_string())))
+        .collect()
+}
+
+const ALL_HEADERS: [&str; 22] = [
+    "stripe-signature",
+    "x-hub-signature-256",
+    "x-github-delivery",
+    "x-github-event",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "svix-id",
+    "svix-timestamp",
+    "svix-signature",
+    "x-shopify-hmac-sha256",
+    "x-shopify-event-id",
+    "x-shopify-topic",
+    "x-slack-signature",
+    "x-slack-request-timestamp",
+    "linear-signature",
+    "linear-delivery",
+    "paddle-signature",
+    "x-twilio-signature",
+    "i-twilio-idempotency-token",
+    "content-type",
+    "x-sig",
+];
+
+fn with_header(req: &RawRequest, name: &str, value: String) -> RawRequest {
+    let mut headers: Vec<(String, String)> = headers_of(req, &ALL_HEADERS)
+        .into_iter()
+        .chain(headers_of(req, &["x-ts", "x-delivery"]))
+        .filter(|(n, _)| n != name)
+        .collect();
+    headers.push((name.to_string(), value));
+    RawRequest::new(req.url.clone(), headers, req.body.clone())
+}
+
+/// Flips `xor` into the byte at `at` (modulo the length) of `text`.
+fn flip(text: &[u8], at: usize, xor: u8) -> Vec<u8> {
+    let mut bytes = text.to_vec();
+    if !bytes.is_empty() {
+        let i = at % bytes.len();
+        bytes[i] ^= xor;
+    }
+    bytes
+}
+
+/// Verifies, identifies and plans as the worker does, checking that
+/// nothing panics and that `plan` of a verified body answers either way.
+fn through(provider: &dyn Provider, req: &RawRequest) -> Result<bool, TestCaseError> {
+    let secrets = Secrets::parse(SECRET).unwrap();
+    if provider.verify(req, &context(&secrets)).is_err() {
+        return Ok(false);
+    }
+    if let Ok(Identity::Event(identity)) = provider.identify(req) {
+        let body_sha256 = sha256_hex(&req.body);
+        let event = VerifiedEvent {
+            source: provider.name().into(),
+            provider: provider.name().into(),
+            id: identity.id,
+            kind: identity.kind,
+            fence: provider.replay_fence(req, &body_sha256),
+            body_sha256,
+            body: String::from_utf8_lossy(&req.body).into_owned(),
+            received_at: 1,
+        };
+        // Statements or a PlanError: both are answers; a panic is not.
+        let _ = effects::plan(&event, 2);
+    }
+    Ok(true)
+}
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    /// XOR a byte of the body.
+    Body(usize, u8),
+    /// XOR a byte of the signature header.
+    Signature(usize, u8),
+    /// XOR a byte of another signed header (id, timestamp).
+    SignedHeader(usize, usize, u8),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), 1..=255u8).prop_map(|(at, x)| Mutation::Body(at, x)),
+        (any::<usize>(), 1..=255u8).prop_map(|(at, x)| Mutation::Signature(at, x)),
+        (any::<usize>(), any::<usize>(), 1..=255u8)
+            .prop_map(|(which, at, x)| Mutation::SignedHeader(which, at, x)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// An unmutated signed request always verifies, anywhere in the window,
+    /// and is identified by the id it was signed with.
+    #[test]
+    fn a_signed_request_verifies_within_the_window(
+        provider in prop::sample::select(&PROVIDERS[..]),
+        id in "[A-Za-z0-9_-]{1,40}",
+        payload in any::<String>(),
+        offset in -(TOLERANCE as i64)..=(TOLERANCE as i64),
+    ) {
+        let p = build(provider);
+        let ts = (NOW as i64 + offset) as u64;
+        let req = signed(provider, &id, ts, &payload);
+        let secrets = Secrets::parse(SECRET).unwrap();
+        prop_assert_eq!(p.verify(&req, &context(&secrets)), Ok(0), "{}", provider);
+        match p.identify(&req) {
+            Ok(Identity::Event(identity)) => prop_assert_eq!(identity.id, id),
+            other => prop_assert!(false, "{}: {:?}", provider, other),
+        }
+        prop_assert!(through(p.as_ref(), &req)?);
+    }
+
+    /// A request signed outside the window never verifies, where the
+    /// provider signs a time; where it does not, the window is not its check.
+    #[test]
+    fn a_request_signed_outside_the_window_is_refused(
+        provider in prop::sample::select(&["stripe", "standard-webhooks", "svix", "slack", "linear", "paddle", "hmac"][..]),
+        id in "[A-Za-z0-9_-]{1,40}",
+        payload in any::<String>(),
+        beyond in (TOLERANCE + 1)..=(30 * 86_400),
+        future in any::<bool>(),
+    ) {
+        let p = build(provider);
+        let ts = if future { NOW + beyond } else { NOW - beyond };
+        let req = signed(provider, &id, ts, &payload);
+        let secrets = Secrets::parse(SECRET).unwrap();
+        prop_assert_eq!(
+            p.verify(&req, &context(&secrets)),
+            Err(providers::Rejection::TimestampOutsideWindow),
+            "{} at {}", provider, ts
+        );
+    }
+
+    /// A mutated request never verifies — unless the mutation leaves what is
+    /// signed unchanged: a hex signature in the other case, or a Twilio form
+    /// that decodes to the same parameters.
+    #[test]
+    fn a_mutated_request_never_verifies(
+        provider in prop::sample::select(&PROVIDERS[..]),
+        id in "[A-Za-z0-9_-]{1,40}",
+        payload in any::<String>(),
+        mutation in mutation(),
+    ) {
+        let p = build(provider);
+        let req = signed(provider, &id, NOW, &payload);
+        let header = signature_header(provider);
+        let original = req.header(header).unwrap().to_string();
+        let (mutated, benign) = match mutation {
+            Mutation::Body(at, x) => {
+                let body = flip(&req.body, at, x);
+                let mutated = RawRequest::new(
+                    req.url.clone(),
+                    headers_of(&req, &ALL_HEADERS).into_iter().chain(headers_of(&req, &["x-ts", "x-delivery"])),
+                    body,
+                );
+                let same_signed_content = provider == "twilio"
+                    && p.replay_fence(&mutated, "bytes differ") == p.replay_fence(&req, "bytes");
+                (mutated, same_signed_content)
+            }
+            Mutation::Signature(at, x) => {
+                let value = String::from_utf8_lossy(&flip(original.as_bytes(), at, x)).into_owned();
+                let benign = value.eq_ignore_ascii_case(&original);
+                (with_header(&req, header, value), benign)
+            }
+            Mutation::SignedHeader(which, at, x) => {
+                let names = signed_headers(provider);
+                if names.is_empty() {
+                    return Ok(());
+                }
+                let name = names[which % names.len()];
+                let value = req.header(name).unwrap().to_string();
+                let flipped = String::from_utf8_lossy(&flip(value.as_bytes(), at, x)).into_owned();
+                // Surrounding whitespace is not part of a header's value.
+                let benign = flipped.trim() == value;
+                (with_header(&req, name, flipped), benign)
+            }
+        };
+        let verified = through(p.as_ref(), &mutated)?;
+        prop_assert!(!verified || benign, "{} verified after {:?}", provider, mutation);
+    }
+
+    /// The parts of a signature header may come in any order, and signatures
+    /// may repeat; a missing signature or timestamp part is never accepted,
+    /// nor a second timestamp that differs.
+    #[test]
+    fn signature_parts_reordered_duplicated_or_dropped(
+        provider in prop::sample::select(&["stripe", "paddle", "standard-webhooks", "svix"][..]),
+        id in "[A-Za-z0-9_-]{1,40}",
+        payload in any::<String>(),
+        junk in "[A-Za-z0-9+/]{4,44}",
+    ) {
+        let p = build(provider);
+        let req = signed(provider, &id, NOW, &payload);
+        let header = signature_header(provider);
+        let original = req.header(header).unwrap().to_string();
+        let separator = match provider { "stripe" => ",", "paddle" => ";", _ => " " };
+        let parts: Vec<&str> = original.split(separator).collect();
+        let secrets = Secrets::parse(SECRET).unwrap();
+        let verify = |value: String| p.verify(&with_header(&req, header, value), &context(&secrets)).is_ok();
+
+        let mut reordered = parts.clone();
+        reordered.reverse();
+        prop_assert!(verify(reordered.join(separator)), "{} reordered", provider);
+        let is_signature = |part: &&str| !part.starts_with("t=") && !part.starts_with("ts=");
+        let mut doubled = parts.clone();
+        doubled.extend(parts.iter().copied().filter(is_signature));
+        prop_assert!(verify(doubled.join(separator)), "{} duplicated", provider);
+        if let Some(time) = parts.iter().find(|part| !is_signature(part)) {
+            let (name, _) = time.split_once('=').unwrap();
+            let later = format!("{name}={}", NOW + 1);
+            let mut two_times = parts.clone();
+            two_times.push(&later);
+            prop_assert!(!verify(two_times.join(separator)), "{} with a second timestamp", provider);
+        }
+        let other = match provider {
+            "stripe" => format!("v1={}", hex::encode(junk.as_bytes())),
+            "paddle" => format!("h1={}", hex::encode(junk.as_bytes())),
+            _ => format!("v1,{junk}"),
+        };
+        let mut with_other = vec![other.as_str()];
+        with_other.extend(parts.iter().copied());
+        prop_assert!(verify(with_other.join(separator)), "{} with another signature first", provider);
+        for dropped in 0..parts.len() {
+            let mut fewer = parts.clone();
+            fewer.remove(dropped);
+            prop_assert!(!verify(fewer.join(separator)), "{} without part {}", provider, dropped);
+        }
+        prop_assert!(!verify(other), "{} with only someone else's signature", provider);
+    }
+
+    /// Arbitrary header maps and bodies: no panic anywhere, and (almost
+    /// surely) no verification.
+    #[test]
+    fn arbitrary_requests_never_panic(
+        provider in prop::sample::select(&PROVIDERS[..]),
+        headers in prop::collection::vec(
+            (prop::sample::select(&ALL_HEADERS[..]).prop_map(str::to_string).boxed()
+                .prop_union(any::<String>().boxed()), any::<String>()),
+            0..8,
+        ),
+        body in prop::collection::vec(any::<u8>(), 0..2048),
+        url in prop_oneof![Just(URL.to_string()), any::<String>()],
+    ) {
+        let p = build(provider);
+        let req = RawRequest::new(url, headers, body);
+        prop_assert!(!through(p.as_ref(), &req)?, "{} verified an arbitrary request", provider);
+    }
+
+    /// `plan` of any body under any type answers with statements or a
+    /// PlanError, whatever the JSON: no panic.
+    #[test]
+    fn plan_answers_for_any_body(
+        provider in prop::sample::select(&["stripe", "github", "paddle"][..]),
+        kind in prop_oneof![
+            prop::sample::select(&[
+                "checkout.session.completed", "checkout.session.async_payment_succeeded",
+                "checkout.session.async_payment_failed", "payment_intent.succeeded",
+                "customer.subscription.updated", "customer.subscription.deleted",
+                "star.created", "star.deleted",
+            ][..]).prop_map(str::to_string),
+            any::<String>(),
+        ],
+        value in json(),
+    ) {
+        let body = value.to_string();
+        let event = VerifiedEvent {
+            source: provider.into(),
+            provider: provider.into(),
+            id: "evt_1".into(),
+            kind,
+            body_sha256: sha256_hex(body.as_bytes()),
+            fence: None,
+            body,
+            received_at: 1,
+        };
+        let _ = effects::plan(&event, 2);
+    }
+}
+
+/// Arbitrary JSON, biased towards the shapes the effects read.
+fn json() -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::Value;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        any::<String>().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(6, 64, 8, |inner| {
+        let field = prop_oneof![
+            prop::sample::select(
+                &[
+                    "id",
+                    "created",
+                    "data",
+                    "object",
+                    "payment_status",
+                    "amount_total",
+                    "currency",
+                    "customer_details",
+                    "email",
+                    "payment_intent",
+                    "status",
+                    "customer",
+                    "repository",
+                    "full_name",
+                    "sender",
+                    "login",
+                    "starred_at",
+                ][..]
+            )
+            .prop_map(str::to_string),
+            any::<String>(),
+        ];
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::vec((field, inner), 0..6)
+                .prop_map(|fields| Value::Object(fields.into_iter().collect())),
+        ]
+    })
+}
+
+#[test]
+fn plan_refuses_a_body_nested_5000_deep() {
+    let body = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+    for kind in ["checkout.session.completed", "star.created"] {
+        let provider = if kind.starts_with("star") {
+            "github"
+        } else {
+            "stripe"
+        };
+        let event = VerifiedEvent {
+            source: provider.into(),
+            provider: provider.into(),
+            id: "evt_deep".into(),
+            kind: kind.into(),
+            body_sha256: sha256_hex(body.as_bytes()),
+            fence: None,
+            body: body.clone(),
+            received_at: 1,
+        };
+        assert!(effects::plan(&event, 2).is_err(), "{kind}");
+    }
+}
