@@ -7,7 +7,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 WRANGLER := node_modules/.bin/wrangler
 
-.PHONY: dev test setup build lint unit e2e bench fuzz-props
+.PHONY: dev test setup build lint unit e2e bench fuzz-props fuzz
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars.
@@ -43,6 +43,11 @@ e2e:
 ## runs 20,000). See RELIABILITY.md.
 fuzz-props:
 	PROPTEST_CASES=500000 cargo test --release --test property_fuzz
+
+## 100,000 hostile requests at the local worker (make test runs 3,000).
+## See RELIABILITY.md.
+fuzz: setup build
+	node fuzz/requests.mjs 100000
 
 ## Throughput and latency against a local worker; see BENCHMARKS.md.
 bench: setup build

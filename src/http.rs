@@ -30,6 +30,11 @@ pub enum BodyError {
     Unreadable(String),
 }
 
+/// Whether a request carries a body (any method may).
+pub fn has_body(req: &Request) -> bool {
+    req.inner().body().is_some()
+}
+
 /// Reads a request's body as a stream, refusing it as soon as it passes
 /// `cap` bytes. A declared `Content-Length` over the cap is refused before a
 /// byte is read; otherwise the running total decides, whatever the header
@@ -48,7 +53,7 @@ pub async fn read_capped(req: &mut Request, cap: usize) -> std::result::Result<V
     if declared.is_some_and(|n| n > cap as u64) {
         return Err(BodyError::TooLarge);
     }
-    if req.inner().body().is_none() {
+    if !has_body(req) {
         return Ok(Vec::new());
     }
     let mut stream = req

@@ -53,8 +53,20 @@ fn start() {
 }
 
 #[event(fetch)]
-async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
+async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
     let path = req.path();
+    let is_delivery = path.starts_with("/webhooks/") && req.method() == Method::Post;
+    if !is_delivery && path != "/admin/login" && http::has_body(&req) {
+        // No other route reads a body. Read and drop a small one anyway, so
+        // that the connection can carry the client's next request (left
+        // unread, the runtime must close it); refuse a large one.
+        if http::read_capped(&mut req, OTHER_BODY_MAX_BYTES)
+            .await
+            .is_err()
+        {
+            return Response::error("request body too large", 413);
+        }
+    }
     if let Some(rest) = path.strip_prefix("/admin/api/") {
         return admin::harden(admin::handle(req, &env, rest).await);
     }
@@ -73,6 +85,10 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         None => Response::error("not found", 404),
     }
 }
+
+/// The most a request to any route but a delivery or the sign-in form may
+/// carry: none of them reads a body.
+const OTHER_BODY_MAX_BYTES: usize = 64 * 1024;
 
 /// The outbox consumer: performs side effects, each under its own key.
 #[event(queue)]

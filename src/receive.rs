@@ -11,7 +11,7 @@
 use serde::Serialize;
 use worker::{console_log, Context, Date, Env, Headers, Request, Response, Result};
 
-use crate::config::{self, ConfigError, Limits, INBOX_BINDING};
+use crate::config::{self, ConfigError, Limits, DEFAULT_MAX_BODY_BYTES, INBOX_BINDING};
 use crate::effects;
 use crate::event::VerifiedEvent;
 use crate::http::{self, BodyError};
@@ -238,10 +238,18 @@ async fn receive(
         && source
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    if !valid_name {
+    let config = if valid_name {
+        sources::lookup(env, source)?
+    } else {
+        None
+    };
+    let Some(config) = config else {
+        // Read (and drop) the body before refusing, up to the cap, so that
+        // the connection can carry the sender's next request.
+        let cap = Limits::from_env(env).map_or(DEFAULT_MAX_BODY_BYTES, |l| l.max_body_bytes);
+        let _ = http::read_capped(&mut req, cap).await;
         return Err(Refusal::UnknownSource);
-    }
-    let config = sources::lookup(env, source)?.ok_or(Refusal::UnknownSource)?;
+    };
     let provider = providers::build(&config)?;
     let limits = Limits::from_env(env)?;
     let secret_var = config.secret_var(source);
@@ -266,6 +274,9 @@ async fn receive(
         Identity::Event(identity) => identity,
         Identity::Handshake(reply) => return Ok(Taken::Handshake(reply)),
     };
+    if identity.id.len() > providers::MAX_EVENT_ID_BYTES {
+        return Err(Rejection::BadEventId.into());
+    }
     trace.key = Some(crate::event::dedupe_key(source, &identity.id));
     trace.kind = Some(identity.kind.clone());
 

@@ -121,7 +121,14 @@ pub enum Rejection {
     MalformedBody(String),
     /// Authentic, but it carries no event id to deduplicate on.
     MissingEventId,
+    /// Authentic, but its event id is longer than any provider's
+    /// ([`MAX_EVENT_ID_BYTES`]): not an id to name an inbox after.
+    BadEventId,
 }
+
+/// The longest event id accepted. Providers' ids are a few dozen bytes
+/// (Stripe `evt_…`, GitHub's UUIDs, Svix `msg_…`).
+pub const MAX_EVENT_ID_BYTES: usize = 256;
 
 impl Rejection {
     pub fn status(&self) -> u16 {
@@ -130,7 +137,7 @@ impl Rejection {
             | Rejection::MalformedSignature
             | Rejection::BadSignature
             | Rejection::TimestampOutsideWindow => 401,
-            Rejection::MalformedBody(_) | Rejection::MissingEventId => 400,
+            Rejection::MalformedBody(_) | Rejection::MissingEventId | Rejection::BadEventId => 400,
         }
     }
 
@@ -143,6 +150,7 @@ impl Rejection {
             Rejection::TimestampOutsideWindow => "timestamp_outside_window",
             Rejection::MalformedBody(_) => "malformed_body",
             Rejection::MissingEventId => "missing_event_id",
+            Rejection::BadEventId => "bad_event_id",
         }
     }
 }
