@@ -30,9 +30,6 @@ impl fmt::Display for ConfigError {
     }
 }
 
-/// `MAX_BODY_BYTES` when unset: 1 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
-
 /// What the receiving path needs.
 pub struct Limits {
     /// Largest body accepted (`MAX_BODY_BYTES`, default 1 MiB).
@@ -47,7 +44,7 @@ pub struct Limits {
 impl Limits {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         Ok(Limits {
-            max_body_bytes: number(env, "MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)?,
+            max_body_bytes: number(env, "MAX_BODY_BYTES", 1024 * 1024)?,
             tolerance_secs: number(env, "SIGNATURE_TOLERANCE_SECS", 300)?,
             test_faults: test_faults(env),
         })

@@ -30,6 +30,40 @@ pub enum BodyError {
     Unreadable(String),
 }
 
+impl BodyError {
+    /// The answer to a body refused: 413 past the cap, 400 if unreadable.
+    pub fn response(&self) -> Result<worker::Response> {
+        match self {
+            BodyError::TooLarge => worker::Response::error("request body too large", 413),
+            BodyError::Unreadable(_) => worker::Response::error("unreadable request body", 400),
+        }
+    }
+}
+
+/// Reads and drops a body that nothing needs, counting bytes without
+/// keeping them, up to `cap`: a connection whose request body was left
+/// unread cannot carry the client's next request.
+pub async fn drain(req: &mut Request, cap: usize) -> std::result::Result<(), BodyError> {
+    use futures_util::StreamExt;
+
+    if !has_body(req) {
+        return Ok(());
+    }
+    let mut stream = req
+        .stream()
+        .map_err(|e| BodyError::Unreadable(e.to_string()))?;
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        total += chunk
+            .map_err(|e| BodyError::Unreadable(e.to_string()))?
+            .len();
+        if total > cap {
+            return Err(BodyError::TooLarge);
+        }
+    }
+    Ok(())
+}
+
 /// Whether a request carries a body (any method may).
 pub fn has_body(req: &Request) -> bool {
     req.inner().body().is_some()

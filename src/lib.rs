@@ -55,16 +55,19 @@ fn start() {
 #[event(fetch)]
 async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
     let path = req.path();
-    let is_delivery = path.starts_with("/webhooks/") && req.method() == Method::Post;
-    if !is_delivery && path != "/admin/login" && http::has_body(&req) {
-        // No other route reads a body. Read and drop a small one anyway, so
-        // that the connection can carry the client's next request (left
-        // unread, the runtime must close it); refuse a large one.
-        if http::read_capped(&mut req, OTHER_BODY_MAX_BYTES)
-            .await
-            .is_err()
-        {
-            return Response::error("request body too large", 413);
+    let reads_body =
+        req.method() == Method::Post && (path.starts_with("/webhooks/") || path == "/admin/login");
+    if !reads_body && http::has_body(&req) {
+        // No other route reads a body. Drop a small one anyway, so that the
+        // connection can carry the client's next request (left unread, the
+        // runtime must close it); refuse a large one.
+        if let Err(refused) = http::drain(&mut req, OTHER_BODY_MAX_BYTES).await {
+            let response = refused.response();
+            return if path.starts_with("/admin") {
+                admin::harden(response)
+            } else {
+                response
+            };
         }
     }
     if let Some(rest) = path.strip_prefix("/admin/api/") {

@@ -11,7 +11,7 @@
 use serde::Serialize;
 use worker::{console_log, Context, Date, Env, Headers, Request, Response, Result};
 
-use crate::config::{self, ConfigError, Limits, DEFAULT_MAX_BODY_BYTES, INBOX_BINDING};
+use crate::config::{self, ConfigError, Limits, INBOX_BINDING};
 use crate::effects;
 use crate::event::VerifiedEvent;
 use crate::http::{self, BodyError};
@@ -96,6 +96,10 @@ impl From<DeliveryError> for Refusal {
         }
     }
 }
+
+/// How much of a body to an unknown source is read (and dropped) to keep
+/// its connection usable: no more than for any other route that reads none.
+const UNKNOWN_SOURCE_DRAIN_BYTES: usize = 64 * 1024;
 
 /// What the log line says about a delivery, filled in as it progresses.
 #[derive(Default)]
@@ -244,10 +248,9 @@ async fn receive(
         None
     };
     let Some(config) = config else {
-        // Read (and drop) the body before refusing, up to the cap, so that
-        // the connection can carry the sender's next request.
-        let cap = Limits::from_env(env).map_or(DEFAULT_MAX_BODY_BYTES, |l| l.max_body_bytes);
-        let _ = http::read_capped(&mut req, cap).await;
+        // Drop a small body before refusing, so that the connection can
+        // carry the sender's next request; a large one is not worth reading.
+        let _ = http::drain(&mut req, UNKNOWN_SOURCE_DRAIN_BYTES).await;
         return Err(Refusal::UnknownSource);
     };
     let provider = providers::build(&config)?;

@@ -38,6 +38,8 @@ fn config() -> ProptestConfig {
         .unwrap_or(20_000);
     ProptestConfig {
         cases,
+        // Mutations of a header some providers do not sign are skipped.
+        max_global_rejects: cases,
         failure_persistence: None,
         ..ProptestConfig::default()
     }
@@ -223,10 +225,14 @@ fn flip(text: &[u8], at: usize, xor: u8) -> Vec<u8> {
 /// nothing panics and that `plan` of a verified body answers either way.
 fn through(provider: &dyn Provider, req: &RawRequest) -> Result<bool, TestCaseError> {
     let secrets = Secrets::parse(SECRET).unwrap();
-    if provider.verify(req, &context(&secrets)).is_err() {
+    let verified = provider.verify(req, &context(&secrets)).is_ok();
+    // The worker identifies only what verified; here anything is identified,
+    // so that identify sees arbitrary input too (it must not panic).
+    let identified = provider.identify(req);
+    if !verified {
         return Ok(false);
     }
-    if let Ok(Identity::Event(identity)) = provider.identify(req) {
+    if let Ok(Identity::Event(identity)) = identified {
         let body_sha256 = sha256_hex(&req.body);
         let event = VerifiedEvent {
             source: provider.name().into(),
@@ -271,7 +277,7 @@ proptest! {
     #[test]
     fn a_signed_request_verifies_within_the_window(
         provider in prop::sample::select(providers()),
-        id in "[A-Za-z0-9_-]{1,40}",
+        id in "[A-Za-z0-9_:.é€-]{1,300}",
         payload in any::<String>(),
         offset in -(TOLERANCE as i64)..=(TOLERANCE as i64),
     ) {
@@ -292,7 +298,7 @@ proptest! {
     #[test]
     fn a_request_signed_outside_the_window_is_refused(
         provider in prop::sample::select(&["stripe", "standard-webhooks", "svix", "slack", "linear", "paddle", "hmac"][..]),
-        id in "[A-Za-z0-9_-]{1,40}",
+        id in "[A-Za-z0-9_:.é€-]{1,300}",
         payload in any::<String>(),
         beyond in (TOLERANCE + 1)..=(30 * 86_400),
         future in any::<bool>(),
@@ -314,7 +320,7 @@ proptest! {
     #[test]
     fn a_mutated_request_never_verifies(
         provider in prop::sample::select(providers()),
-        id in "[A-Za-z0-9_-]{1,40}",
+        id in "[A-Za-z0-9_:.é€-]{1,300}",
         payload in any::<String>(),
         mutation in mutation(),
     ) {
@@ -336,14 +342,14 @@ proptest! {
             }
             Mutation::Signature(at, x) => {
                 let value = String::from_utf8_lossy(&flip(original.as_bytes(), at, x)).into_owned();
-                let benign = value.eq_ignore_ascii_case(&original);
+                // Hex is case-insensitive; base64 is not.
+                let hex = matches!(provider, "stripe" | "github" | "slack" | "linear" | "paddle" | "hmac");
+                let benign = hex && value.eq_ignore_ascii_case(&original);
                 (with_header(&req, header, value), benign)
             }
             Mutation::SignedHeader(which, at, x) => {
                 let names = signed_headers(provider);
-                if names.is_empty() {
-                    return Ok(());
-                }
+                prop_assume!(!names.is_empty());
                 let name = names[which % names.len()];
                 let value = req.header(name).unwrap().to_string();
                 let flipped = String::from_utf8_lossy(&flip(value.as_bytes(), at, x)).into_owned();
@@ -362,7 +368,7 @@ proptest! {
     #[test]
     fn signature_parts_reordered_duplicated_or_dropped(
         provider in prop::sample::select(&["stripe", "paddle", "standard-webhooks", "svix"][..]),
-        id in "[A-Za-z0-9_-]{1,40}",
+        id in "[A-Za-z0-9_:.é€-]{1,300}",
         payload in any::<String>(),
         junk in "[A-Za-z0-9+/]{4,44}",
     ) {
