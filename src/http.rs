@@ -40,28 +40,11 @@ impl BodyError {
     }
 }
 
-/// Reads and drops a body that nothing needs, counting bytes without
-/// keeping them, up to `cap`: a connection whose request body was left
-/// unread cannot carry the client's next request.
+/// Reads and drops a body that nothing needs, keeping none of it, up to
+/// `cap`: a connection whose request body was left unread cannot carry the
+/// client's next request.
 pub async fn drain(req: &mut Request, cap: usize) -> std::result::Result<(), BodyError> {
-    use futures_util::StreamExt;
-
-    if !has_body(req) {
-        return Ok(());
-    }
-    let mut stream = req
-        .stream()
-        .map_err(|e| BodyError::Unreadable(e.to_string()))?;
-    let mut total = 0usize;
-    while let Some(chunk) = stream.next().await {
-        total += chunk
-            .map_err(|e| BodyError::Unreadable(e.to_string()))?
-            .len();
-        if total > cap {
-            return Err(BodyError::TooLarge);
-        }
-    }
-    Ok(())
+    read_chunks(req, cap, drop).await
 }
 
 /// Whether a request carries a body (any method may).
@@ -76,6 +59,18 @@ pub fn has_body(req: &Request) -> bool {
 /// Memory never holds more than the cap plus one chunk, whatever the sender
 /// claims or sends.
 pub async fn read_capped(req: &mut Request, cap: usize) -> std::result::Result<Vec<u8>, BodyError> {
+    let mut body = Vec::new();
+    read_chunks(req, cap, |chunk| body.extend_from_slice(&chunk)).await?;
+    Ok(body)
+}
+
+/// Hands each chunk of a body to `keep`, refusing the body as soon as its
+/// declared length or its running total passes `cap`.
+async fn read_chunks(
+    req: &mut Request,
+    cap: usize,
+    mut keep: impl FnMut(Vec<u8>),
+) -> std::result::Result<(), BodyError> {
     use futures_util::StreamExt;
 
     let declared = req
@@ -88,18 +83,19 @@ pub async fn read_capped(req: &mut Request, cap: usize) -> std::result::Result<V
         return Err(BodyError::TooLarge);
     }
     if !has_body(req) {
-        return Ok(Vec::new());
+        return Ok(());
     }
     let mut stream = req
         .stream()
         .map_err(|e| BodyError::Unreadable(e.to_string()))?;
-    let mut body = Vec::new();
+    let mut total = 0usize;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| BodyError::Unreadable(e.to_string()))?;
-        if body.len() + chunk.len() > cap {
+        total += chunk.len();
+        if total > cap {
             return Err(BodyError::TooLarge);
         }
-        body.extend_from_slice(&chunk);
+        keep(chunk);
     }
-    Ok(body)
+    Ok(())
 }

@@ -523,17 +523,14 @@ impl EventInbox {
     /// Whether this object has an event table at all; asked without creating
     /// one, so that reading an empty object leaves it empty.
     fn event_table(&self) -> Result<Option<String>> {
-        let row = self
-            .sql
-            .exec(
-                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'event'",
-                None,
-            )?
-            .raw()
-            .next()
-            .transpose()?;
+        self.one_text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'event'")
+    }
+
+    /// The one text value a query returns, if it returns one. Synchronous.
+    fn one_text(&self, query: &str) -> Result<Option<String>> {
+        let row = self.sql.exec(query, None)?.raw().next().transpose()?;
         Ok(match row.as_deref() {
-            Some([SqlStorageValue::String(sql)]) => Some(sql.clone()),
+            Some([SqlStorageValue::String(text)]) => Some(text.clone()),
             _ => None,
         })
     }
@@ -987,16 +984,7 @@ impl EventInbox {
 
     /// The event's state as stored now (after an `.await`, memory may be stale).
     fn state_now(&self) -> Result<Option<String>> {
-        let row = self
-            .sql
-            .exec("SELECT state FROM event", None)?
-            .raw()
-            .next()
-            .transpose()?;
-        Ok(match row.as_deref() {
-            Some([SqlStorageValue::String(state)]) => Some(state.clone()),
-            _ => None,
-        })
+        self.one_text("SELECT state FROM event")
     }
 
     async fn run_effect(
