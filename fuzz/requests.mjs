@@ -4,6 +4,8 @@
 //   node fuzz/requests.mjs [count] [seed]   (make fuzz: 100,000; make test: 3,000)
 //   FUZZ_ONLY="odd paths" node fuzz/requests.mjs 1000   (one category)
 //
+// Request N of a run is drawn from a generator seeded by (seed, N): a run
+// repeats with its seed, whatever order the senders took the requests in.
 // Then checks, and exits non-zero on any violation:
 // - no response >= 500, no dropped connection;
 // - no row in any D1 table, and no inbox, for a request that was not a
@@ -13,7 +15,6 @@
 // - a valid event afterwards is processed normally.
 // Traffic goes to 127.0.0.1 only; the run is bounded by its count.
 import { Agent, request } from "node:http";
-import { randomBytes } from "node:crypto";
 import { pathToFileURL } from "node:url";
 
 import { startWorker } from "../tests/support/worker.mjs";
@@ -36,12 +37,21 @@ function prng(seed) {
 }
 
 /** The hostile requests, by category. Each returns { method, path, headers, body, chunks?, event? }. */
-function generators(rand, counter) {
+/** `n` bytes from `rand`. */
+function bytes(rand, n) {
+  const out = Buffer.alloc(n + 3);
+  for (let i = 0; i < n; i += 4) out.writeUInt32LE(Math.floor(rand() * 4294967296), i);
+  return out.subarray(0, n);
+}
+
+/** The generators of request number `index`, all drawing on `rand`. */
+function generators(rand, index) {
   const pick = (list) => list[Math.floor(rand() * list.length)];
   const int = (n) => Math.floor(rand() * n);
-  const junk = (n) => randomBytes(n);
+  const junk = (n) => bytes(rand, n);
   const text = (n) => junk(n).toString("base64").slice(0, n);
-  const id = () => `evt_fuzz_${counter.next++}`;
+  let ids = 0;
+  const id = () => `evt_fuzz_${index}_${ids++}`;
   const signedStripe = (body, extra = {}) => ({
     method: "POST",
     path: "/webhooks/stripe",
@@ -249,9 +259,7 @@ export async function runFuzz({ count = 100_000, concurrency = 32, seed = 8, log
   try {
     const origin = (await w.mf.ready).origin.replace("localhost", "127.0.0.1");
     const agent = new Agent({ keepAlive: true, maxSockets: concurrency });
-    const rand = prng(seed);
-    const gens = generators(rand, { next: 0 });
-    const names = Object.keys(gens);
+    const names = Object.keys(generators(prng(seed), 0));
     const counts = {};
     const processed = [];
     const refusedEvents = [];
@@ -259,9 +267,12 @@ export async function runFuzz({ count = 100_000, concurrency = 32, seed = 8, log
     const started = Date.now();
     const worker = async () => {
       while (next < count) {
-        next++;
+        // Request number `index` is the same in every run with this seed
+        // (but for signing times), whatever order the senders take them in.
+        const index = next++;
+        const rand = prng(Math.imul(seed, 0x9e3779b1) ^ index);
         const name = process.env.FUZZ_ONLY ?? names[Math.floor(rand() * names.length)];
-        const req = gens[name]();
+        const req = generators(rand, index)[name]();
         const res = await send(agent, origin, req);
         const outcome = res.error ? `error ${res.error}` : `${res.status}`;
         counts[name] ??= {};
