@@ -211,6 +211,38 @@ fn with_header(req: &RawRequest, name: &str, value: String) -> RawRequest {
     RawRequest::new(req.url.clone(), headers, req.body.clone())
 }
 
+/// What Twilio signs of a form after the URL, decoded here on its own (not
+/// with the worker's decoder): each pair's name and value, `+` as a space,
+/// `%XX` as its byte, sorted, joined. `None` for a form that does not decode.
+fn signed_form(body: &[u8]) -> Option<String> {
+    fn decode(text: &str) -> Option<String> {
+        let mut out = Vec::new();
+        let mut bytes = text.bytes();
+        while let Some(b) = bytes.next() {
+            out.push(match b {
+                b'+' => b' ',
+                b'%' => {
+                    let hex = [bytes.next()?, bytes.next()?];
+                    u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?
+                }
+                other => other,
+            });
+        }
+        String::from_utf8(out).ok()
+    }
+    let text = std::str::from_utf8(body).ok()?;
+    let mut pairs = text
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            Some((decode(name)?, decode(value)?))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    pairs.sort();
+    Some(pairs.into_iter().map(|(n, v)| n + &v).collect())
+}
+
 /// Flips `xor` into the byte at `at` (modulo the length) of `text`.
 fn flip(text: &[u8], at: usize, xor: u8) -> Vec<u8> {
     let mut bytes = text.to_vec();
@@ -337,7 +369,8 @@ proptest! {
                     body,
                 );
                 let same_signed_content = provider == "twilio"
-                    && p.replay_fence(&mutated, "bytes differ") == p.replay_fence(&req, "bytes");
+                    && signed_form(&mutated.body).is_some()
+                    && signed_form(&mutated.body) == signed_form(&req.body);
                 (mutated, same_signed_content)
             }
             Mutation::Signature(at, x) => {
