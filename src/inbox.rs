@@ -541,7 +541,14 @@ impl EventInbox {
         if self.event_table_ready.get() {
             return Ok(());
         }
-        match self.event_table()? {
+        let existing = self.event_table()?;
+        self.prepare_event_table(existing)
+    }
+
+    /// Creates the event table (`existing` is `None`) or upgrades the one
+    /// whose schema is `existing`, and remembers it is ready.
+    fn prepare_event_table(&self, existing: Option<String>) -> Result<()> {
+        match existing {
             None => {
                 self.sql.exec(EVENT_TABLE, None)?;
             }
@@ -586,10 +593,12 @@ impl EventInbox {
     /// The held event, if any, without creating tables in an object that
     /// never held one (or has forgotten it).
     fn held(&self) -> Result<Option<EventRow>> {
-        if !self.event_table_ready.get() && self.event_table()?.is_none() {
-            return Ok(None);
+        if !self.event_table_ready.get() {
+            let Some(existing) = self.event_table()? else {
+                return Ok(None);
+            };
+            self.prepare_event_table(Some(existing))?;
         }
-        self.ensure_event_table()?;
         self.load()
     }
 
@@ -750,7 +759,8 @@ impl EventInbox {
         if matches!(tried, Tried::Applied(_)) {
             // Still listed as failed (D1 refused the resolve): the alarm
             // tries again soon, not a retention away.
-            let listed = self.held()?.is_some_and(|row| row.reported);
+            let listed = self.one_text("SELECT CAST(reported AS TEXT) FROM event")?;
+            let listed = listed.as_deref() == Some("1");
             let next = if listed {
                 backoff
             } else {
