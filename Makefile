@@ -5,16 +5,13 @@ export WRANGLER_SEND_METRICS := false
 export CLOUDFLARE_CF_FETCH_ENABLED := false
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-WRANGLER := node_modules/.bin/wrangler
-
-.PHONY: dev test setup build lint unit e2e bench fuzz-props fuzz
+.PHONY: dev test setup build lint unit e2e bench fuzz-props fuzz soak
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
-## and Queues (state in .wrangler/), secrets from .dev.vars.
+## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
+## relay ticking as deployed (scripts/dev.mjs).
 dev: setup
-	test -f .dev.vars || cp .dev.vars.example .dev.vars
-	$(WRANGLER) d1 migrations apply DB --local
-	$(WRANGLER) dev --port 8787
+	node scripts/dev.mjs --port 8787
 
 ## Every check: format, lints, host unit tests, then the built worker
 ## end to end in workerd (Miniflare) with real D1 and Durable Objects.
@@ -48,6 +45,11 @@ fuzz-props:
 ## See RELIABILITY.md.
 fuzz: setup build
 	node fuzz/requests.mjs 100000
+
+## 10,000 Stripe and GitHub deliveries under make dev's runner while the
+## runtime is SIGKILLed 6 times; checks exactly-once. See RELIABILITY.md.
+soak: setup build
+	node soak/run.mjs 10000
 
 ## Throughput and latency against a local worker; see BENCHMARKS.md.
 bench: setup build

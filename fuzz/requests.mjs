@@ -17,24 +17,13 @@
 import { Agent, request } from "node:http";
 import { pathToFileURL } from "node:url";
 
+import { prng } from "../tests/support/prng.mjs";
 import { startWorker } from "../tests/support/worker.mjs";
 import { checkoutCompleted, githubHeaders, starEvent, stripeHeaders } from "../tests/support/sign.mjs";
 
 const STRIPE = "whsec_test_current";
 const GITHUB = "gh_test_secret";
 const TOKEN = "fuzz-admin-token-0123456789";
-
-// A small deterministic PRNG (mulberry32): a run can be repeated by its seed.
-function prng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** The hostile requests, by category. Each returns { method, path, headers, body, chunks?, event? }. */
 /** `n` bytes from `rand`. */

@@ -5,6 +5,12 @@
 # installed from crates.io and npm instead.
 set -eu
 cd "$(dirname "$0")/.."
+# wrangler runs this on every `wrangler dev` start: skip the 13 s of
+# wasm-bindgen and wasm-opt when nothing the worker is built from changed.
+if [ -f build/worker/shim.mjs ] && [ -z "$(find src Cargo.toml Cargo.lock scripts/build.sh -newer build/worker/shim.mjs | head -n 1)" ]; then
+  echo "build/ is up to date"
+  exit 0
+fi
 export PATH="$HOME/.cargo/bin:$PATH"
 export WASM_BINDGEN_BIN="$HOME/.cargo/bin/wasm-bindgen"
 export WASM_OPT_BIN="$PWD/node_modules/binaryen/bin/wasm-opt"

@@ -124,6 +124,27 @@ describe("the outbox", () => {
     assert.equal(emailsTo(email).length, 1);
   });
 
+  test("a backlog of lost sends larger than a queue batch: one relay run sends all 250, in batches the queue accepts", async () => {
+    const batch = uniqueId("backlog");
+    const ids = Array.from({ length: 250 }, (_, i) => `${batch}_${i}`);
+    for (let i = 0; i < ids.length; i += 25) {
+      await Promise.all(
+        ids.slice(i, i + 25).map((id) => sendStripe(checkoutCompleted({ id }), { "x-test-fault": "fail-enqueue" }).then((r) => r.arrayBuffer())),
+      );
+    }
+    const pending = () =>
+      w.db
+        .prepare("SELECT count(*) AS n FROM outbox WHERE status = 'pending' AND event_id LIKE ?")
+        .bind(`${batch}_%`)
+        .first("n");
+    assert.equal(await pending(), 250);
+
+    const worker = await w.mf.getWorker("webhooks");
+    await worker.scheduled({ cron: "* * * * *" });
+    await eventually(async () => (await pending()) === 0, 30_000, "all 250 rows sent after one relay run");
+    assert.deepEqual(w.logged("outbox_relay").at(-1), { msg: "outbox_relay", sent: 250 });
+  });
+
   test("a duplicate queue message for a sent row is acknowledged without a call", async () => {
     const id = uniqueId("evt");
     const email = `${uniqueId("dup")}@example.com`;

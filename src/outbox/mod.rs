@@ -146,29 +146,40 @@ struct Job {
     fault: Option<String>,
 }
 
-/// Sends the rows' keys to the queue. A failure here loses nothing: the rows
-/// are committed as `pending`, and the cron relay sends them later.
+/// The most messages one `sendBatch` call may carry (a Queues limit).
+const QUEUE_BATCH_LIMIT: usize = 100;
+
+/// Rows the cron relay re-sends per run: ten batches, so that a backlog left
+/// by a lost queue (a local runtime killed with its messages in memory)
+/// drains at 1,000 rows a minute, within a run's subrequest budget.
+const RELAY_ROWS_PER_RUN: u32 = 1_000;
+
+/// Sends the rows' keys to the queue, in batches the queue accepts. A
+/// failure here loses nothing: the rows are committed as `pending`, and the
+/// cron relay sends them later.
 pub async fn enqueue(env: &Env, keys: &[String], fault: Option<&str>) -> worker::Result<()> {
-    if keys.is_empty() {
-        return Ok(());
+    let queue = env.queue(OUTBOX_BINDING)?;
+    for chunk in keys.chunks(QUEUE_BATCH_LIMIT) {
+        let messages = chunk
+            .iter()
+            .map(|key| {
+                let job = serde_json::to_string(&Job {
+                    key: key.clone(),
+                    fault: fault.map(str::to_string),
+                })?;
+                Ok(RawMessageBuilder::new(JsValue::from_str(&job))
+                    .build_with_content_type(QueueContentType::Text))
+            })
+            .collect::<worker::Result<Vec<_>>>()?;
+        queue.send_raw_batch(messages).await?;
     }
-    let messages = keys
-        .iter()
-        .map(|key| {
-            let job = serde_json::to_string(&Job {
-                key: key.clone(),
-                fault: fault.map(str::to_string),
-            })?;
-            Ok(RawMessageBuilder::new(JsValue::from_str(&job))
-                .build_with_content_type(QueueContentType::Text))
-        })
-        .collect::<worker::Result<Vec<_>>>()?;
-    env.queue(OUTBOX_BINDING)?.send_raw_batch(messages).await
+    Ok(())
 }
 
 /// The cron relay: re-sends rows that are due but whose message was lost —
 /// `pending` past their due time, or `sending` past their lease — once they
-/// are older than the grace period. Up to 100 a run, oldest first.
+/// are older than the grace period. Up to `RELAY_ROWS_PER_RUN` a run, oldest
+/// first.
 pub async fn relay(env: &Env) -> worker::Result<()> {
     let settings = OutboxSettings::from_env(env).map_err(|e| e.to_string())?;
     let db = env.d1(DB_BINDING)?;
@@ -178,9 +189,9 @@ pub async fn relay(env: &Env) -> worker::Result<()> {
             "SELECT idempotency_key FROM outbox \
              WHERE (status = 'pending' AND next_attempt_at <= ?1) \
                 OR (status = 'sending' AND lease_until <= ?1) \
-             ORDER BY next_attempt_at LIMIT 100",
+             ORDER BY next_attempt_at LIMIT ?2",
         )
-        .bind(&[(cutoff as f64).into()])?
+        .bind(&[(cutoff as f64).into(), RELAY_ROWS_PER_RUN.into()])?
         .raw::<String>()
         .await?;
     let keys: Vec<String> = rows.into_iter().flatten().collect();

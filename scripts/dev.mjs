@@ -1,0 +1,104 @@
+// `make dev`: the worker under `wrangler dev`, plus what wrangler dev leaves
+// out locally — the cron triggers. wrangler does not run scheduled handlers
+// in local development, and the local queue keeps its messages in memory, so
+// without the cron relay a side effect whose message died with the process
+// would stay `pending` for good. This runner starts `wrangler dev` and, on
+// the schedule in wrangler.toml's `[triggers] crons` (in UTC, like
+// Cloudflare), calls the scheduled handler through the local runtime's own
+// trigger route, `/cdn-cgi/handler/scheduled?cron=…` — the one wrangler's
+// start-up warning suggests — until wrangler stops. Nothing here changes the
+// deployed worker.
+//
+//   node scripts/dev.mjs [--port 8787] [--persist-to .wrangler/state]
+//                        [--env-file FILE] [--var NAME:VALUE ...]
+//
+// Without --env-file, secrets come from .dev.vars (copied from
+// .dev.vars.example if absent). Binds to 127.0.0.1 only.
+import { spawn, spawnSync } from "node:child_process";
+import { copyFileSync, existsSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { unstable_readConfig } from "wrangler";
+
+import { cronMatches } from "./cron.mjs";
+
+const WRANGLER = "node_modules/.bin/wrangler";
+
+const { values: options } = parseArgs({
+  options: {
+    port: { type: "string", default: "8787" },
+    "persist-to": { type: "string", default: ".wrangler/state" },
+    "env-file": { type: "string" },
+    var: { type: "string", multiple: true, default: [] },
+  },
+});
+const persist = ["--persist-to", options["persist-to"]];
+
+if (!options["env-file"] && !existsSync(".dev.vars")) {
+  copyFileSync(".dev.vars.example", ".dev.vars");
+  console.log("dev: wrote .dev.vars from .dev.vars.example");
+}
+
+const migrations = spawnSync(WRANGLER, ["d1", "migrations", "apply", "DB", "--local", ...persist], {
+  stdio: "inherit",
+});
+if (migrations.status !== 0) process.exit(migrations.status ?? 1);
+
+const wrangler = spawn(
+  WRANGLER,
+  [
+    "dev",
+    "--ip",
+    "127.0.0.1",
+    "--port",
+    options.port,
+    "--show-interactive-dev-session=false",
+    ...persist,
+    ...(options["env-file"] ? ["--env-file", options["env-file"]] : []),
+    ...options.var.flatMap((v) => ["--var", v]),
+  ],
+  { stdio: "inherit" },
+);
+
+const crons = unstable_readConfig({ config: "wrangler.toml" }).triggers?.crons ?? [];
+const ticker = crons.length > 0 ? startTicker(crons) : undefined;
+if (ticker) console.log(`dev: running the cron triggers locally (${crons.join(", ")}, UTC)`);
+
+// Ctrl-C reaches wrangler through the terminal's process group; a plain
+// SIGTERM to this runner is passed on.
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
+  process.on(signal, () => wrangler.kill(signal));
+}
+wrangler.on("exit", (code, signal) => {
+  clearTimeout(ticker?.timer);
+  process.exit(code ?? (signal ? 1 : 0));
+});
+
+/** Wakes at each minute boundary and runs every cron that matches it. */
+function startTicker(schedule) {
+  const state = { timer: undefined, failing: false };
+  const arm = () => {
+    const now = Date.now();
+    state.timer = setTimeout(tick, 60_000 - (now % 60_000) + 50);
+  };
+  const tick = async () => {
+    arm();
+    const minute = new Date(Math.floor(Date.now() / 60_000) * 60_000);
+    for (const cron of schedule.filter((c) => cronMatches(c, minute))) {
+      const url = `http://127.0.0.1:${options.port}/cdn-cgi/handler/scheduled?cron=${encodeURIComponent(cron)}`;
+      try {
+        const res = await fetch(url, { signal: AbortSignal.timeout(30_000) });
+        // "ok", or the handler's outcome (e.g. "exception") with a 500.
+        const outcome = await res.text();
+        if (!res.ok) throw new Error(`HTTP ${res.status} ${outcome.slice(0, 100)}`);
+        if (state.failing) console.log("dev: cron triggers reach the worker again");
+        state.failing = false;
+      } catch (e) {
+        // Once per outage, not once a minute (e.g. while wrangler reloads).
+        if (!state.failing) console.log(`dev: cron "${cron}" did not run: ${e.message}`);
+        state.failing = true;
+      }
+    }
+  };
+  arm();
+  return state;
+}

@@ -1,0 +1,154 @@
+// Runs the worker the way `make dev` does (scripts/dev.mjs: wrangler dev,
+// state on disk, the cron ticker), as a process group the tests can kill with
+// SIGKILL and start again on the same state. Also a recording HTTP sink for
+// side effects, and D1 queries on the on-disk state. Loopback only.
+import { spawn, spawnSync } from "node:child_process";
+import { createServer } from "node:http";
+
+const ENV = { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false" };
+
+/** A free loopback port. */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+    server.on("error", reject);
+  });
+}
+
+/**
+ * Starts `node scripts/dev.mjs` in its own process group and resolves once
+ * wrangler says it is ready. `kill()` SIGKILLs the whole group (runner,
+ * wrangler, workerd): a crash, with no chance to flush anything.
+ */
+export async function startDev({ port, persistTo, envFile, vars = {}, readyMs = 180_000 }) {
+  const args = ["scripts/dev.mjs", "--port", String(port), "--persist-to", persistTo, "--env-file", envFile];
+  for (const [name, value] of Object.entries(vars)) args.push("--var", `${name}:${value}`);
+  const child = spawn("node", args, { env: ENV, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  const output = [];
+  let exited = false;
+  const exit = new Promise((resolve) =>
+    child.on("exit", () => {
+      exited = true;
+      resolve();
+    }),
+  );
+  const ready = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`wrangler dev not ready in ${readyMs} ms:\n${tail()}`)), readyMs);
+    const onData = (chunk) => {
+      const text = chunk.toString();
+      output.push(text);
+      if (process.env.WORKER_LOGS) process.stderr.write(text);
+      if (/Ready on http/.test(text)) {
+        clearTimeout(timer);
+        resolve();
+      }
+    };
+    child.stdout.on("data", onData);
+    child.stderr.on("data", onData);
+    exit.then(() => {
+      clearTimeout(timer);
+      reject(new Error(`wrangler dev exited before it was ready:\n${tail()}`));
+    });
+  });
+  const tail = () => output.join("").split("\n").slice(-40).join("\n");
+  const signalGroup = (signal) => {
+    try {
+      process.kill(-child.pid, signal);
+    } catch (e) {
+      if (e.code !== "ESRCH") throw e;
+    }
+  };
+  await ready;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    output,
+    /** SIGKILL to every process of the group; resolves when the runner is gone. */
+    async kill() {
+      signalGroup("SIGKILL");
+      await exit;
+      // workerd may outlive its parent by a moment; the port must be free.
+      for (let i = 0; i < 100 && groupAlive(child.pid); i++) await sleep(50);
+    },
+    /** A clean stop (what Ctrl-C does). */
+    async stop() {
+      if (!exited) signalGroup("SIGTERM");
+      await Promise.race([exit, sleep(10_000)]);
+      signalGroup("SIGKILL");
+    },
+  };
+}
+
+function groupAlive(pgid) {
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Rows of a query against the local D1 in `persistTo` (wrangler d1 execute). */
+export function d1Query(persistTo, sql) {
+  const run = spawnSync(
+    "node_modules/.bin/wrangler",
+    ["d1", "execute", "DB", "--local", "--persist-to", persistTo, "--json", "--command", sql],
+    { env: ENV, encoding: "utf8", maxBuffer: 256 * 1024 * 1024 },
+  );
+  if (run.status !== 0) throw new Error(`d1 execute failed: ${run.stderr}\n${run.stdout}`);
+  return JSON.parse(run.stdout)[0].results;
+}
+
+/**
+ * An HTTP target for side effects on 127.0.0.1. Every call is recorded with
+ * its Idempotency-Key and the status it got; `answer(call)` returns a status,
+ * or "hang" to never answer (a call in flight when the runtime dies).
+ */
+export async function startSink() {
+  const sockets = new Set();
+  const sink = {
+    calls: [],
+    answer: () => 200,
+    /** Keys that got a 2xx, with how many times each did. */
+    successes() {
+      const counts = new Map();
+      for (const c of sink.calls) if (c.status >= 200 && c.status < 300) counts.set(c.key, (counts.get(c.key) ?? 0) + 1);
+      return counts;
+    },
+  };
+  const server = createServer((req, res) => {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => {
+      const call = {
+        at: Date.now(),
+        path: req.url,
+        key: req.headers["idempotency-key"] ?? null,
+        body: Buffer.concat(chunks).toString(),
+      };
+      const status = sink.answer(call);
+      call.status = status === "hang" ? null : status;
+      sink.calls.push(call);
+      if (status === "hang") return;
+      res.writeHead(status, { "content-type": "application/json" });
+      res.end(JSON.stringify({ id: `call_${sink.calls.length}` }));
+    });
+  });
+  server.on("connection", (s) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  sink.url = `http://127.0.0.1:${server.address().port}`;
+  sink.close = () =>
+    new Promise((resolve) => {
+      for (const s of sockets) s.destroy();
+      server.close(resolve);
+    });
+  return sink;
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
