@@ -3,6 +3,8 @@
 
 export WRANGLER_SEND_METRICS := false
 export CLOUDFLARE_CF_FETCH_ENABLED := false
+# No banner: its update check would call the npm registry.
+export WRANGLER_HIDE_BANNER := true
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: dev test setup build lint unit e2e bench fuzz-props fuzz soak

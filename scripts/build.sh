@@ -5,15 +5,21 @@
 # installed from crates.io and npm instead.
 set -eu
 cd "$(dirname "$0")/.."
-# wrangler runs this on every `wrangler dev` start: skip the 13 s of
-# wasm-bindgen and wasm-opt when nothing the worker is built from changed.
-if [ -f build/worker/shim.mjs ] && [ -z "$(find src Cargo.toml Cargo.lock scripts/build.sh -newer build/worker/shim.mjs | head -n 1)" ]; then
+# Under `make dev`, wrangler runs this on every start (scripts/dev.mjs sets
+# BUILD_IF_CHANGED): skip the 13 s of wasm-bindgen and wasm-opt when no input
+# changed since the last successful build began. `make build` always builds.
+STAMP=target/worker-build.stamp
+if [ "${BUILD_IF_CHANGED:-}" = 1 ] && [ -f build/worker/shim.mjs ] && [ -f "$STAMP" ] &&
+  [ -z "$(find src Cargo.toml Cargo.lock package-lock.json scripts/build.sh scripts/setup.sh -newer "$STAMP" | head -n 1)" ]; then
   echo "build/ is up to date"
   exit 0
 fi
+mkdir -p target
+touch target/worker-build.started
 export PATH="$HOME/.cargo/bin:$PATH"
 export WASM_BINDGEN_BIN="$HOME/.cargo/bin/wasm-bindgen"
 export WASM_OPT_BIN="$PWD/node_modules/binaryen/bin/wasm-opt"
 ESBUILD_BIN=$(ls "$PWD"/node_modules/@esbuild/*/bin/esbuild | head -n 1)
 export ESBUILD_BIN
-exec worker-build --release
+worker-build --release
+mv target/worker-build.started "$STAMP"

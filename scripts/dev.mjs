@@ -32,6 +32,13 @@ const { values: options } = parseArgs({
   },
 });
 const persist = ["--persist-to", options["persist-to"]];
+// No banner (its update check would call the npm registry), and let
+// scripts/build.sh skip a build when nothing it is built from changed.
+const env = { ...process.env, WRANGLER_HIDE_BANNER: process.env.WRANGLER_HIDE_BANNER ?? "true", BUILD_IF_CHANGED: "1" };
+
+// An expression the ticker cannot run is an error now, not in a minute.
+const crons = unstable_readConfig({ config: "wrangler.toml" }).triggers?.crons ?? [];
+for (const cron of crons) cronMatches(cron, new Date());
 
 if (!options["env-file"] && !existsSync(".dev.vars")) {
   copyFileSync(".dev.vars.example", ".dev.vars");
@@ -40,6 +47,7 @@ if (!options["env-file"] && !existsSync(".dev.vars")) {
 
 const migrations = spawnSync(WRANGLER, ["d1", "migrations", "apply", "DB", "--local", ...persist], {
   stdio: "inherit",
+  env,
 });
 if (migrations.status !== 0) process.exit(migrations.status ?? 1);
 
@@ -56,10 +64,9 @@ const wrangler = spawn(
     ...(options["env-file"] ? ["--env-file", options["env-file"]] : []),
     ...options.var.flatMap((v) => ["--var", v]),
   ],
-  { stdio: "inherit" },
+  { stdio: "inherit", env },
 );
 
-const crons = unstable_readConfig({ config: "wrangler.toml" }).triggers?.crons ?? [];
 const ticker = crons.length > 0 ? startTicker(crons) : undefined;
 if (ticker) console.log(`dev: running the cron triggers locally (${crons.join(", ")}, UTC)`);
 
@@ -72,6 +79,12 @@ wrangler.on("exit", (code, signal) => {
   clearTimeout(ticker?.timer);
   process.exit(code ?? (signal ? 1 : 0));
 });
+// Should this runner fail, wrangler does not keep serving without crons.
+process.on("exit", () => wrangler.kill("SIGTERM"));
+process.on("uncaughtException", (e) => {
+  console.error(`dev: ${e.stack ?? e}`);
+  process.exit(1);
+});
 
 /** Wakes at each minute boundary and runs every cron that matches it. */
 function startTicker(schedule) {
@@ -83,9 +96,10 @@ function startTicker(schedule) {
   const tick = async () => {
     arm();
     const minute = new Date(Math.floor(Date.now() / 60_000) * 60_000);
-    for (const cron of schedule.filter((c) => cronMatches(c, minute))) {
+    for (const cron of schedule) {
       const url = `http://127.0.0.1:${options.port}/cdn-cgi/handler/scheduled?cron=${encodeURIComponent(cron)}`;
       try {
+        if (!cronMatches(cron, minute)) continue;
         const res = await fetch(url, { signal: AbortSignal.timeout(30_000) });
         // "ok", or the handler's outcome (e.g. "exception") with a 500.
         const outcome = await res.text();

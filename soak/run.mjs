@@ -3,8 +3,9 @@
 // cron ticker), while the harness kills the whole runtime with SIGKILL at
 // random moments and starts it again on the same state, the way a developer
 // or a host crash would. Side effects go to an HTTP sink here that fails 20 %
-// of calls with a 500 and, like Resend, answers a repeated call under a key
-// that already succeeded with the first answer (counted as a repeat).
+// of calls with a 500, answers after 20-200 ms like a real API and, like
+// Resend, answers a repeated call under a key that already succeeded with
+// the first answer (counted as a repeat).
 //
 //   node soak/run.mjs [deliveries] [seed] [kills] [settle minutes]
 //   (make soak: 10,000 deliveries, seed 1, 6 kills, 15 minutes to settle)
@@ -14,7 +15,8 @@
 // concurrent copies, the rest single copies — in a random order, 16 units
 // in flight. Every delivery that got no reply, or a 5xx, is sent again after
 // the restart, as a provider would. All but one kill land while deliveries
-// are being sent; the last lands while the outbox drains.
+// are being sent; the last lands while the outbox drains, with calls to the
+// sink in flight.
 //
 // When everything has settled (no outbox row pending or sending, every inbox
 // `done`), it checks, and exits non-zero on any violation:
@@ -22,10 +24,12 @@
 // - one order per checkout, star counters equal to the distinct stars;
 // - every outbox row `sent`, one per effect, and its key succeeded at the
 //   sink; no success under any other key; a call repeated after its key
-//   succeeded only across a kill (a crash between the call and `sent`);
+//   succeeded only when that row was `sending` at a kill in between (a crash
+//   between the call and `sent`), once per such kill;
 // - no inbox left `received` or `failed`, no `panicked` in the runtime's log.
 // Traffic goes to 127.0.0.1 only; the run is bounded by its count and by a
 // settle deadline. The runtime's output is kept in .wrangler/soak/runtime.log.
+import { createHash } from "node:crypto";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
@@ -44,8 +48,12 @@ const STORM_COPIES = 50;
 const REPOS = 20;
 const SETTLE_MS = Number(process.argv[5] ?? 15) * 60_000;
 
+// The plan (events, order, kill points) from one stream; when each kill
+// lands within its unit from another; the sink's failures from the key and
+// the call's number, so a run's plan and failures repeat with its seed.
 const rand = prng(SEED);
 const pick = (n) => Math.floor(rand() * n);
+const jitter = prng(SEED ^ 0x5eed);
 const dir = join(".wrangler", "soak");
 const persistTo = join(dir, "state");
 const envFile = join(dir, "vars.env");
@@ -85,17 +93,22 @@ function signed(event) {
 
 // --- the sink -------------------------------------------------------------
 
-const kills = []; // times of each kill
+const kills = []; // { start, end, sending: keys `sending` in D1 at the kill }
 const sink = await startSink();
 const firstSuccess = new Map(); // key → time of its first 2xx
+const callsPerKey = new Map();
 const repeats = []; // { key, first, at }
+const fraction = (...parts) => createHash("sha256").update(parts.join("\n")).digest().readUInt32BE(0) / 2 ** 32;
+sink.latencyMs = () => 20 + Math.floor(jitter() * 180); // like a real API
 sink.answer = (call) => {
+  const n = (callsPerKey.get(call.key) ?? 0) + 1;
+  callsPerKey.set(call.key, n);
   const first = firstSuccess.get(call.key);
   if (first !== undefined) {
     repeats.push({ key: call.key, first, at: call.at });
     return 200;
   }
-  if (rand() < 0.2) return 500;
+  if (fraction(SEED, call.key, n) < 0.2) return 500;
   firstSuccess.set(call.key, call.at);
   return 200;
 };
@@ -124,16 +137,23 @@ const port = await freePort();
 const runtimeLog = [];
 let dev = await startDev({ port, persistTo, envFile });
 let up = Promise.resolve(); // senders wait on it while the runtime restarts
+let crashing = false; // one kill at a time
 async function crash() {
-  const at = Date.now();
-  kills.push(at);
+  crashing = true;
+  const start = Date.now();
   let restarted;
   up = new Promise((r) => (restarted = r));
   await dev.kill();
-  runtimeLog.push(...dev.output);
+  for (const chunk of dev.output) runtimeLog.push(chunk);
+  // Rows claimed by a consumer that died: a call of theirs that reached the
+  // sink may be repeated after the restart, under the same key.
+  const sending = d1Query(persistTo, "SELECT idempotency_key FROM outbox WHERE status = 'sending'");
+  kills.push({ start, end: Date.now(), sending: new Set(sending.map((r) => r.idempotency_key)) });
   dev = await startDev({ port, persistTo, envFile });
   restarted();
-  console.log(`kill ${kills.length} after ${stats.sent} sends; up again in ${((Date.now() - at) / 1000).toFixed(1)} s`);
+  crashing = false;
+  const took = ((Date.now() - start) / 1000).toFixed(1);
+  console.log(`kill ${kills.length} after ${stats.sent} sends, ${sending.length} rows sending; up again in ${took} s`);
 }
 
 // --- sending --------------------------------------------------------------
@@ -169,10 +189,11 @@ const started = Date.now();
 let next = 0;
 async function sender() {
   for (;;) {
-    if (killAt.length > 0 && next >= killAt[0]) {
+    if (killAt.length > 0 && next >= killAt[0] && !crashing) {
       killAt.shift();
+      crashing = true;
       // A random moment while this unit's neighbours are in flight.
-      await sleep(pick(300));
+      await sleep(Math.floor(jitter() * 300));
       await crash();
     }
     const event = resend.shift();
@@ -187,12 +208,14 @@ async function sender() {
   }
 }
 await Promise.all(Array.from({ length: IN_FLIGHT }, sender));
-// Whatever is still unanswered is sent until it is answered.
-for (let round = 0; resend.length > 0 && round < 20; round++) {
+// Whatever is still unanswered is sent until it is answered, with backoff.
+for (let round = 0; resend.length > 0 && round < 10; round++) {
+  if (round > 0) await sleep(1_000 * 2 ** round);
   const batch = resend.splice(0);
   stats.resends += batch.length;
   await Promise.all(batch.map(deliver));
 }
+const unanswered = resend.length;
 const sendSeconds = (Date.now() - started) / 1000;
 
 // --- settling -------------------------------------------------------------
@@ -209,8 +232,10 @@ const outboxBy = async () => {
 };
 
 if (kills.length < KILLS) {
-  // The last kill while the outbox drains: calls in flight die with it.
-  await sleep(1_000 + pick(4_000));
+  // The last kill while the outbox drains, at a moment when calls to the
+  // sink are in flight: they die with the runtime.
+  await sleep(1_000 + Math.floor(jitter() * 4_000));
+  for (let i = 0; i < 600 && sink.inFlight === 0; i++) await sleep(50);
   await crash();
 }
 console.log(`all deliveries answered after ${stats.sent} sends; settling`);
@@ -251,7 +276,7 @@ async function checkInboxes() {
 }
 
 await dev.stop();
-runtimeLog.push(...dev.output);
+for (const chunk of dev.output) runtimeLog.push(chunk);
 await sink.close();
 writeFileSync(join(dir, "runtime.log"), runtimeLog.join(""));
 
@@ -277,8 +302,9 @@ if (orders.length !== checkouts.length || orders.some((o) => !sessions.has(o.che
 const expectedStars = new Map();
 for (const e of stars) expectedStars.set(e.repo, (expectedStars.get(e.repo) ?? 0) + 1);
 let doubleEffects = 0;
-for (const { repo, stars: n } of d1Query(persistTo, "SELECT repo, stars FROM repo_stars")) {
-  const want = expectedStars.get(repo) ?? 0;
+const counted = new Map(d1Query(persistTo, "SELECT repo, stars FROM repo_stars").map((r) => [r.repo, r.stars]));
+for (const repo of new Set([...expectedStars.keys(), ...counted.keys()])) {
+  const [n, want] = [counted.get(repo) ?? 0, expectedStars.get(repo) ?? 0];
   if (n > want) doubleEffects += n - want;
   if (n !== want) fail(`repo ${repo}: ${n} stars counted, ${want} distinct star events`);
 }
@@ -292,11 +318,23 @@ const neverSucceeded = rows.filter((r) => !firstSuccess.has(r.idempotency_key)).
 if (neverSucceeded) fail(`${neverSucceeded} side-effect keys never succeeded at the sink`);
 const strangers = [...firstSuccess.keys()].filter((k) => !rowKeys.has(k)).length;
 if (strangers) fail(`${strangers} keys succeeded at the sink with no outbox row`);
-const unexplained = repeats.filter((r) => !kills.some((k) => k >= r.first && k <= r.at)).length;
-if (unexplained) fail(`${unexplained} calls repeated a key that had succeeded, with no crash in between`);
+// A repeat is a crash between the call and `sent` only if the key's row was
+// `sending` at a kill between its first success and the repeat, and each
+// such kill explains one repeat.
+const explained = new Map();
+const unexplained = repeats.filter((r) => {
+  const kill = kills.find(
+    (k, i) => k.sending.has(r.key) && r.first <= k.end && k.start <= r.at && !explained.has(`${i}:${r.key}`),
+  );
+  if (kill) explained.set(`${kills.indexOf(kill)}:${r.key}`, true);
+  return !kill;
+}).length;
+if (unexplained) fail(`${unexplained} calls repeated a key that had succeeded, not explained by a kill`);
+if (unanswered) fail(`${unanswered} deliveries never answered 2xx`);
 
 const stuck = countBy([...inboxStates.values()].filter((s) => s !== "done"), (s) => s);
 if (Object.keys(stuck).length) fail(`inboxes not done: ${JSON.stringify(stuck)}`);
+if (inboxStates.size < events.length) fail(`${events.length - inboxStates.size} inboxes never checked: the outbox never settled`);
 const panics = runtimeLog.join("").split("\n").filter((l) => /panicked/.test(l)).length;
 if (panics) fail(`${panics} "panicked" lines in the runtime's log`);
 if (stats.refused.length) fail(`${stats.refused.length} deliveries refused, e.g. ${stats.refused[0]}`);
@@ -309,7 +347,7 @@ const table = [
   ["deliveries (first sends)", DELIVERIES],
   ["distinct events (Stripe / GitHub)", `${distinct} (${checkouts.length} / ${stars.length})`],
   ["duplicate copies (in 50-way storms)", `${DELIVERIES - distinct} (${STORMS * (STORM_COPIES - 1)})`],
-  ["kills (SIGKILL of runtime)", kills.length],
+  ["kills (SIGKILL of runtime) / rows sending at them", `${kills.length} / ${kills.reduce((n, k) => n + k.sending.size, 0)}`],
   ["deliveries with no reply / resends", `${stats.noReply} / ${stats.resends}`],
   ["replies", [...stats.statuses].sort((a, b) => b[1] - a[1]).map(([k, v]) => `${k} x${v}`).join(", ")],
   ["ledger rows / events", `${ledger.length} / ${distinct}`],
@@ -318,7 +356,10 @@ const table = [
   ["side-effect keys / succeeded once", `${rows.length} / ${rows.length - neverSucceeded}`],
   ["sink calls (500s / repeats after success)", `${calls} (${failedCalls} / ${repeats.length})`],
   ["keys called again after success (max per key)", `${repeatedKeys} (${maxPerKey(repeats)})`],
-  ["left received / pending / sending", `${stuck.received ?? 0} / ${outbox.pending ?? 0} / ${outbox.sending ?? 0}`],
+  [
+    "left received / pending / sending",
+    `${inboxStates.size < events.length ? "unchecked" : stuck.received ?? 0} / ${outbox.pending ?? 0} / ${outbox.sending ?? 0}`,
+  ],
   ["send phase", `${sendSeconds.toFixed(0)} s (${(stats.sent / sendSeconds).toFixed(0)} deliveries/s)`],
   ["time to settle after the last kill", `${settleSeconds.toFixed(0)} s`],
 ];

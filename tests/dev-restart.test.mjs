@@ -23,22 +23,29 @@ const ADMIN_TOKEN = "dev-restart-admin-token";
 
 describe("the local cron ticker's schedule", () => {
   const at = (iso) => new Date(iso);
-  test("matches the way Cloudflare's cron does, in UTC", () => {
+  test("matches in UTC, as Cloudflare runs crons", () => {
     assert.ok(cronMatches("* * * * *", at("2026-11-30T10:17:00Z")));
     assert.ok(cronMatches("*/15 * * * *", at("2026-11-30T10:45:00Z")));
     assert.ok(!cronMatches("*/15 * * * *", at("2026-11-30T10:46:00Z")));
+    assert.ok(cronMatches("10-50/20 * * * *", at("2026-11-30T10:50:00Z")));
+    assert.ok(!cronMatches("10-50/20 * * * *", at("2026-11-30T10:40:00Z")));
     assert.ok(cronMatches("0 9-17 * * MON-FRI", at("2026-11-30T09:00:00Z")), "a Monday");
     assert.ok(!cronMatches("0 9-17 * * MON-FRI", at("2026-11-29T09:00:00Z")), "a Sunday");
     assert.ok(cronMatches("30 2 1,15 JAN,DEC *", at("2026-12-15T02:30:00Z")));
-    assert.ok(cronMatches("0 0 * * 7", at("2026-11-29T00:00:00Z")), "7 is Sunday too");
-    // Both day fields restricted: either may match.
+    // Both day fields restricted: either may match; one starting with `*`
+    // does not count as restricted.
     assert.ok(cronMatches("0 0 1 * MON", at("2026-11-30T00:00:00Z")));
+    assert.ok(!cronMatches("0 0 */2 * MON", at("2026-11-30T00:00:00Z")));
   });
   test("refuses what it does not understand instead of guessing", () => {
     assert.throws(() => cronMatches("* * * *", new Date()), /five fields/);
     assert.throws(() => cronMatches("0 0 L * *", new Date()), /day of month/);
     assert.throws(() => cronMatches("61 * * * *", new Date()), /minute/);
     assert.throws(() => cronMatches("*/0 * * * *", new Date()), /step/);
+    assert.throws(() => cronMatches("5-3 * * * *", new Date()), /reversed/);
+    assert.throws(() => cronMatches("1-5-9 * * * *", new Date()), /range/);
+    // Cloudflare counts weekdays 1-7 from Sunday, Unix cron 0-6: names only.
+    assert.throws(() => cronMatches("0 0 * * 1", new Date()), /day of week/);
   });
 });
 
@@ -59,6 +66,14 @@ describe("make dev after a crash", { timeout: 420_000 }, () => {
         "EMAIL_API_KEY=re_dev_restart_key",
         `NOTIFY_URL=${sink.url}/notify`,
         "TEST_FAULTS=enabled",
+        // A row claimed just before the kill is re-sent once its lease and
+        // the relay's 60 s grace have passed, at the next minute's tick:
+        // with the default 60 s lease, up to 3 minutes after the claim. A
+        // 30 s lease keeps a margin against the 3-minute bound.
+        "OUTBOX_LEASE_MS=30000",
+        // The retry of an event whose first attempt failed is 30-60 s away:
+        // after the restart, so only a surviving alarm can run it.
+        "EFFECT_RETRY_BASE_MS=60000",
         "",
       ].join("\n"),
     );
@@ -93,7 +108,7 @@ describe("make dev after a crash", { timeout: 420_000 }, () => {
     );
     for (let i = 0; i < 400 && sink.calls.length === 0; i++) await sleep(50);
     assert.ok(sink.calls.length > 0, "the consumer was calling the target when the runtime died");
-    // Five more whose first attempt fails: their inboxes' alarms (5 to 10 s
+    // Five more whose first attempt fails: their inboxes' alarms (30 to 60 s
     // away) hold the retry when the runtime dies.
     for (let i = 0; i < 5; i++) {
       const body = checkoutCompleted({ id: uniqueId("evt"), email: `retry${i}@example.com` });

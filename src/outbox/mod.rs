@@ -178,20 +178,29 @@ pub async fn enqueue(env: &Env, keys: &[String], fault: Option<&str>) -> worker:
 
 /// The cron relay: re-sends rows that are due but whose message was lost —
 /// `pending` past their due time, or `sending` past their lease — once they
-/// are older than the grace period. Up to `RELAY_ROWS_PER_RUN` a run, oldest
-/// first.
+/// are older than the grace period; up to `RELAY_ROWS_PER_RUN` a run, oldest
+/// first. It moves each re-sent row's due time to now, so a backlog that is
+/// only slow (a deployed queue behind a struggling consumer) is re-sent once
+/// per grace period, not on every run.
 pub async fn relay(env: &Env) -> worker::Result<()> {
     let settings = OutboxSettings::from_env(env).map_err(|e| e.to_string())?;
     let db = env.d1(DB_BINDING)?;
-    let cutoff = now() - settings.relay_grace_ms;
+    let now = now();
+    let cutoff = now - settings.relay_grace_ms;
     let rows = db
         .prepare(
-            "SELECT idempotency_key FROM outbox \
-             WHERE (status = 'pending' AND next_attempt_at <= ?1) \
-                OR (status = 'sending' AND lease_until <= ?1) \
-             ORDER BY next_attempt_at LIMIT ?2",
+            "UPDATE outbox SET next_attempt_at = ?2 WHERE idempotency_key IN (\
+                 SELECT idempotency_key FROM outbox \
+                 WHERE (status = 'pending' AND next_attempt_at <= ?1) \
+                    OR (status = 'sending' AND lease_until <= ?1) \
+                 ORDER BY next_attempt_at LIMIT ?3) \
+             RETURNING idempotency_key",
         )
-        .bind(&[(cutoff as f64).into(), RELAY_ROWS_PER_RUN.into()])?
+        .bind(&[
+            (cutoff as f64).into(),
+            (now as f64).into(),
+            RELAY_ROWS_PER_RUN.into(),
+        ])?
         .raw::<String>()
         .await?;
     let keys: Vec<String> = rows.into_iter().flatten().collect();

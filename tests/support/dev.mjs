@@ -4,8 +4,34 @@
 // side effects, and D1 queries on the on-disk state. Loopback only.
 import { spawn, spawnSync } from "node:child_process";
 import { createServer } from "node:http";
+import { connect } from "node:net";
 
-const ENV = { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false" };
+// No metrics, no Request.cf fetch, and no banner (whose update check would
+// call the npm registry): nothing leaves the machine.
+const ENV = {
+  ...process.env,
+  WRANGLER_SEND_METRICS: "false",
+  CLOUDFLARE_CF_FETCH_ENABLED: "false",
+  WRANGLER_HIDE_BANNER: "true",
+};
+
+// Every process group started here is killed when this process ends, however
+// it ends (a failed test, a timeout, Ctrl-C): no runtime outlives its test.
+const groups = new Set();
+const killGroup = (pgid) => {
+  try {
+    process.kill(-pgid, "SIGKILL");
+  } catch (e) {
+    if (e.code !== "ESRCH") throw e;
+  }
+};
+process.on("exit", () => groups.forEach(killGroup));
+for (const signal of ["SIGINT", "SIGTERM"]) {
+  process.once(signal, () => {
+    groups.forEach(killGroup);
+    process.exit(130);
+  });
+}
 
 /** A free loopback port. */
 export function freePort() {
@@ -28,6 +54,7 @@ export async function startDev({ port, persistTo, envFile, vars = {}, readyMs = 
   const args = ["scripts/dev.mjs", "--port", String(port), "--persist-to", persistTo, "--env-file", envFile];
   for (const [name, value] of Object.entries(vars)) args.push("--var", `${name}:${value}`);
   const child = spawn("node", args, { env: ENV, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  groups.add(child.pid);
   const output = [];
   let exited = false;
   const exit = new Promise((resolve) =>
@@ -36,6 +63,7 @@ export async function startDev({ port, persistTo, envFile, vars = {}, readyMs = 
       resolve();
     }),
   );
+  const tail = () => output.join("").split("\n").slice(-40).join("\n");
   const ready = new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`wrangler dev not ready in ${readyMs} ms:\n${tail()}`)), readyMs);
     const onData = (chunk) => {
@@ -54,41 +82,50 @@ export async function startDev({ port, persistTo, envFile, vars = {}, readyMs = 
       reject(new Error(`wrangler dev exited before it was ready:\n${tail()}`));
     });
   });
-  const tail = () => output.join("").split("\n").slice(-40).join("\n");
-  const signalGroup = (signal) => {
-    try {
-      process.kill(-child.pid, signal);
-    } catch (e) {
-      if (e.code !== "ESRCH") throw e;
-    }
+  const gone = async () => {
+    killGroup(child.pid);
+    await exit;
+    groups.delete(child.pid);
+    // workerd may hold the port a moment after its parent died.
+    for (let i = 0; (await portOpen(port)) && i < 200; i++) await sleep(50);
+    if (await portOpen(port)) throw new Error(`port ${port} still in use after the kill`);
   };
-  await ready;
+  try {
+    await ready;
+  } catch (e) {
+    await gone();
+    throw e;
+  }
   return {
     url: `http://127.0.0.1:${port}`,
     output,
-    /** SIGKILL to every process of the group; resolves when the runner is gone. */
-    async kill() {
-      signalGroup("SIGKILL");
-      await exit;
-      // workerd may outlive its parent by a moment; the port must be free.
-      for (let i = 0; i < 100 && groupAlive(child.pid); i++) await sleep(50);
-    },
-    /** A clean stop (what Ctrl-C does). */
+    /** SIGKILL to every process of the group; resolves when the port is free. */
+    kill: gone,
+    /** A clean stop (what Ctrl-C does), then SIGKILL for what is left. */
     async stop() {
-      if (!exited) signalGroup("SIGTERM");
+      if (!exited) {
+        try {
+          process.kill(-child.pid, "SIGTERM");
+        } catch (e) {
+          if (e.code !== "ESRCH") throw e;
+        }
+      }
       await Promise.race([exit, sleep(10_000)]);
-      signalGroup("SIGKILL");
+      await gone();
     },
   };
 }
 
-function groupAlive(pgid) {
-  try {
-    process.kill(-pgid, 0);
-    return true;
-  } catch {
-    return false;
-  }
+/** Whether something accepts connections on 127.0.0.1:port. */
+function portOpen(port) {
+  return new Promise((resolve) => {
+    const socket = connect(port, "127.0.0.1");
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
 }
 
 /** Rows of a query against the local D1 in `persistTo` (wrangler d1 execute). */
@@ -106,12 +143,16 @@ export function d1Query(persistTo, sql) {
  * An HTTP target for side effects on 127.0.0.1. Every call is recorded with
  * its Idempotency-Key and the status it got; `answer(call)` returns a status,
  * or "hang" to never answer (a call in flight when the runtime dies).
+ * `latencyMs()` delays each answer, like a real API; `inFlight` counts calls
+ * not yet answered.
  */
 export async function startSink() {
   const sockets = new Set();
   const sink = {
     calls: [],
+    inFlight: 0,
     answer: () => 200,
+    latencyMs: () => 0,
     /** Keys that got a 2xx, with how many times each did. */
     successes() {
       const counts = new Map();
@@ -132,9 +173,13 @@ export async function startSink() {
       const status = sink.answer(call);
       call.status = status === "hang" ? null : status;
       sink.calls.push(call);
+      sink.inFlight++;
       if (status === "hang") return;
-      res.writeHead(status, { "content-type": "application/json" });
-      res.end(JSON.stringify({ id: `call_${sink.calls.length}` }));
+      setTimeout(() => {
+        sink.inFlight--;
+        res.writeHead(status, { "content-type": "application/json" });
+        res.end(JSON.stringify({ id: `call_${sink.calls.length}` }));
+      }, sink.latencyMs());
     });
   });
   server.on("connection", (s) => {
