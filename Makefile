@@ -3,7 +3,7 @@
 
 export WRANGLER_SEND_METRICS := false
 export CLOUDFLARE_CF_FETCH_ENABLED := false
-# No banner: its update check would call the npm registry.
+# No banner: its update check calls the npm registry.
 export WRANGLER_HIDE_BANNER := true
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 

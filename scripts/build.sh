@@ -15,11 +15,11 @@ if [ "${BUILD_IF_CHANGED:-}" = 1 ] && [ -f build/worker/shim.mjs ] && [ -f "$STA
   exit 0
 fi
 mkdir -p target
-touch target/worker-build.started
+started=$(mktemp target/worker-build.XXXXXX)
 export PATH="$HOME/.cargo/bin:$PATH"
 export WASM_BINDGEN_BIN="$HOME/.cargo/bin/wasm-bindgen"
 export WASM_OPT_BIN="$PWD/node_modules/binaryen/bin/wasm-opt"
 ESBUILD_BIN=$(ls "$PWD"/node_modules/@esbuild/*/bin/esbuild | head -n 1)
 export ESBUILD_BIN
 worker-build --release
-mv target/worker-build.started "$STAMP"
+mv "$started" "$STAMP"

@@ -32,9 +32,14 @@ const { values: options } = parseArgs({
   },
 });
 const persist = ["--persist-to", options["persist-to"]];
-// No banner (its update check would call the npm registry), and let
-// scripts/build.sh skip a build when nothing it is built from changed.
-const env = { ...process.env, WRANGLER_HIDE_BANNER: process.env.WRANGLER_HIDE_BANNER ?? "true", BUILD_IF_CHANGED: "1" };
+// No banner (whose update check calls the npm registry), and let
+// scripts/build.sh skip a build when nothing it is built from changed
+// (BUILD_IF_CHANGED=0 forces one, e.g. after a toolchain upgrade).
+const env = {
+  ...process.env,
+  WRANGLER_HIDE_BANNER: process.env.WRANGLER_HIDE_BANNER ?? "true",
+  BUILD_IF_CHANGED: process.env.BUILD_IF_CHANGED ?? "1",
+};
 
 // An expression the ticker cannot run is an error now, not in a minute.
 const crons = unstable_readConfig({ config: "wrangler.toml" }).triggers?.crons ?? [];

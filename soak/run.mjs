@@ -138,7 +138,19 @@ const runtimeLog = [];
 let dev = await startDev({ port, persistTo, envFile });
 let up = Promise.resolve(); // senders wait on it while the runtime restarts
 let crashing = false; // one kill at a time
+let drainKillMissed = false;
 async function crash() {
+  try {
+    await restart();
+  } catch (e) {
+    // A runtime that cannot be killed or started again ends the run: keep
+    // its log, and fail.
+    writeFileSync(join(dir, "runtime.log"), runtimeLog.join(""));
+    console.error(`crash soak: the restart failed: ${e.stack ?? e}`);
+    process.exit(1);
+  }
+}
+async function restart() {
   crashing = true;
   const start = Date.now();
   let restarted;
@@ -236,6 +248,7 @@ if (kills.length < KILLS) {
   // sink are in flight: they die with the runtime.
   await sleep(1_000 + Math.floor(jitter() * 4_000));
   for (let i = 0; i < 600 && sink.inFlight === 0; i++) await sleep(50);
+  if (sink.inFlight === 0) drainKillMissed = true;
   await crash();
 }
 console.log(`all deliveries answered after ${stats.sent} sends; settling`);
@@ -252,7 +265,11 @@ while (Date.now() - settleStart < SETTLE_MS) {
     }
     if (!outbox.pending && !outbox.sending) {
       await checkInboxes();
-      if ([...inboxStates.values()].every((s) => s === "done")) break;
+      // An inbox alarm may have added a row meanwhile: look again.
+      if ([...inboxStates.values()].every((s) => s === "done")) {
+        outbox = await outboxBy();
+        if (!outbox.pending && !outbox.sending) break;
+      }
     }
   } catch (e) {
     console.error(`settle: ${e.message}`);
@@ -339,6 +356,7 @@ const panics = runtimeLog.join("").split("\n").filter((l) => /panicked/.test(l))
 if (panics) fail(`${panics} "panicked" lines in the runtime's log`);
 if (stats.refused.length) fail(`${stats.refused.length} deliveries refused, e.g. ${stats.refused[0]}`);
 if (kills.length < KILLS) fail(`${kills.length} kills, ${KILLS} planned`);
+if (drainKillMissed) fail("no call to the sink was in flight at the drain kill");
 
 const calls = sink.calls.length;
 const failedCalls = sink.calls.filter((c) => c.status === 500).length;

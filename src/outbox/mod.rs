@@ -192,7 +192,7 @@ pub async fn relay(env: &Env) -> worker::Result<()> {
             "UPDATE outbox SET next_attempt_at = ?2 WHERE idempotency_key IN (\
                  SELECT idempotency_key FROM outbox \
                  WHERE (status = 'pending' AND next_attempt_at <= ?1) \
-                    OR (status = 'sending' AND lease_until <= ?1) \
+                    OR (status = 'sending' AND lease_until <= ?1 AND next_attempt_at <= ?1) \
                  ORDER BY next_attempt_at LIMIT ?3) \
              RETURNING idempotency_key",
         )

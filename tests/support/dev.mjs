@@ -5,9 +5,10 @@
 import { spawn, spawnSync } from "node:child_process";
 import { createServer } from "node:http";
 import { connect } from "node:net";
+import { constants } from "node:os";
 
-// No metrics, no Request.cf fetch, and no banner (whose update check would
-// call the npm registry): nothing leaves the machine.
+// No metrics, no Request.cf fetch, and no banner (whose update check calls
+// the npm registry).
 const ENV = {
   ...process.env,
   WRANGLER_SEND_METRICS: "false",
@@ -26,10 +27,10 @@ const killGroup = (pgid) => {
   }
 };
 process.on("exit", () => groups.forEach(killGroup));
-for (const signal of ["SIGINT", "SIGTERM"]) {
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
   process.once(signal, () => {
     groups.forEach(killGroup);
-    process.exit(130);
+    process.exit(128 + constants.signals[signal]);
   });
 }
 
@@ -93,7 +94,8 @@ export async function startDev({ port, persistTo, envFile, vars = {}, readyMs = 
   try {
     await ready;
   } catch (e) {
-    await gone();
+    // The start-up failure is the news, not a port still held after it.
+    await gone().catch(() => {});
     throw e;
   }
   return {
