@@ -33,7 +33,7 @@ import { createHash } from "node:crypto";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { d1Query, freePort, sleep, startDev, startSink } from "../tests/support/dev.mjs";
+import { d1Query, freePort, sleep, startDev, startSink, writeEnvFile } from "../tests/support/dev.mjs";
 import { prng } from "../tests/support/prng.mjs";
 import { checkoutCompleted, githubHeaders, starEvent, stripeHeaders } from "../tests/support/sign.mjs";
 
@@ -117,22 +117,18 @@ sink.answer = (call) => {
 
 rmSync(dir, { recursive: true, force: true });
 mkdirSync(dir, { recursive: true });
-writeFileSync(
-  envFile,
-  [
-    `STRIPE_WEBHOOK_SECRET=${STRIPE}`,
-    `GITHUB_WEBHOOK_SECRET=${GITHUB}`,
-    `ADMIN_TOKEN=${TOKEN}`,
-    `EMAIL_API_URL=${sink.url}`,
-    "EMAIL_API_KEY=re_soak_key",
-    `NOTIFY_URL=${sink.url}/notify`,
-    // One call in five fails: more attempts than the default 5, and a
-    // shorter first retry, so that no row dies and the run settles sooner.
-    "OUTBOX_MAX_ATTEMPTS=12",
-    "OUTBOX_RETRY_BASE_SECS=2",
-    "",
-  ].join("\n"),
-);
+writeEnvFile(envFile, {
+  STRIPE_WEBHOOK_SECRET: STRIPE,
+  GITHUB_WEBHOOK_SECRET: GITHUB,
+  ADMIN_TOKEN: TOKEN,
+  EMAIL_API_URL: sink.url,
+  EMAIL_API_KEY: "re_soak_key",
+  NOTIFY_URL: `${sink.url}/notify`,
+  // One call in five fails: more attempts than the default 5, and a shorter
+  // first retry, so that no row dies and the run settles sooner.
+  OUTBOX_MAX_ATTEMPTS: 12,
+  OUTBOX_RETRY_BASE_SECS: 2,
+});
 const port = await freePort();
 const runtimeLog = [];
 let dev = await startDev({ port, persistTo, envFile });

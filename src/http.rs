@@ -40,6 +40,11 @@ impl BodyError {
     }
 }
 
+/// The most of an unwanted body that is read (and dropped) to keep its
+/// connection usable — on every route that reads none, and for a delivery to
+/// an unknown source. Past it, a route that takes no body answers 413.
+pub const UNWANTED_BODY_MAX_BYTES: usize = 64 * 1024;
+
 /// Reads and drops a body that nothing needs, keeping none of it, up to
 /// `cap`: a connection whose request body was left unread cannot carry the
 /// client's next request.

@@ -61,7 +61,7 @@ async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
         // No other route reads a body. Drop a small one anyway, so that the
         // connection can carry the client's next request (left unread, the
         // runtime must close it); refuse a large one.
-        if let Err(refused) = http::drain(&mut req, OTHER_BODY_MAX_BYTES).await {
+        if let Err(refused) = http::drain(&mut req, http::UNWANTED_BODY_MAX_BYTES).await {
             let response = refused.response();
             return if path.starts_with("/admin") {
                 admin::harden(response)
@@ -88,10 +88,6 @@ async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
         None => Response::error("not found", 404),
     }
 }
-
-/// The most a request to any route but a delivery or the sign-in form may
-/// carry: none of them reads a body.
-const OTHER_BODY_MAX_BYTES: usize = 64 * 1024;
 
 /// The outbox consumer: performs side effects, each under its own key.
 #[event(queue)]

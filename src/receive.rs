@@ -97,10 +97,6 @@ impl From<DeliveryError> for Refusal {
     }
 }
 
-/// How much of a body to an unknown source is read (and dropped) to keep
-/// its connection usable: no more than for any other route that reads none.
-const UNKNOWN_SOURCE_DRAIN_BYTES: usize = 64 * 1024;
-
 /// What the log line says about a delivery, filled in as it progresses.
 #[derive(Default)]
 struct Trace {
@@ -250,7 +246,7 @@ async fn receive(
     let Some(config) = config else {
         // Drop a small body before refusing, so that the connection can
         // carry the sender's next request; a large one is not worth reading.
-        let _ = http::drain(&mut req, UNKNOWN_SOURCE_DRAIN_BYTES).await;
+        let _ = http::drain(&mut req, http::UNWANTED_BODY_MAX_BYTES).await;
         return Err(Refusal::UnknownSource);
     };
     let provider = providers::build(&config)?;

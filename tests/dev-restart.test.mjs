@@ -9,12 +9,12 @@
 // inboxes' alarms survive it: workerd keeps them on disk (RELIABILITY.md).
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 import { cronMatches } from "../scripts/cron.mjs";
-import { d1Query, freePort, sleep, startDev, startSink } from "./support/dev.mjs";
+import { d1Query, freePort, sleep, startDev, startSink, writeEnvFile } from "./support/dev.mjs";
 import { checkoutCompleted, githubHeaders, starEvent, stripeHeaders, uniqueId } from "./support/sign.mjs";
 
 const STRIPE_SECRET = "whsec_dev_restart_secret";
@@ -56,27 +56,23 @@ describe("make dev after a crash", { timeout: 420_000 }, () => {
     persistTo = join(dir, "state");
     envFile = join(dir, ".dev.vars");
     sink = await startSink();
-    writeFileSync(
-      envFile,
-      [
-        `STRIPE_WEBHOOK_SECRET=${STRIPE_SECRET}`,
-        `GITHUB_WEBHOOK_SECRET=${GITHUB_SECRET}`,
-        `ADMIN_TOKEN=${ADMIN_TOKEN}`,
-        `EMAIL_API_URL=${sink.url}`,
-        "EMAIL_API_KEY=re_dev_restart_key",
-        `NOTIFY_URL=${sink.url}/notify`,
-        "TEST_FAULTS=enabled",
-        // A row claimed just before the kill is re-sent once its lease and
-        // the relay's 60 s grace have passed, at the next minute's tick:
-        // with the default 60 s lease, up to 3 minutes after the claim. A
-        // 30 s lease keeps a margin against the 3-minute bound.
-        "OUTBOX_LEASE_MS=30000",
-        // The retry of an event whose first attempt failed is 30-60 s away:
-        // after the restart, so only a surviving alarm can run it.
-        "EFFECT_RETRY_BASE_MS=60000",
-        "",
-      ].join("\n"),
-    );
+    writeEnvFile(envFile, {
+      STRIPE_WEBHOOK_SECRET: STRIPE_SECRET,
+      GITHUB_WEBHOOK_SECRET: GITHUB_SECRET,
+      ADMIN_TOKEN,
+      EMAIL_API_URL: sink.url,
+      EMAIL_API_KEY: "re_dev_restart_key",
+      NOTIFY_URL: `${sink.url}/notify`,
+      TEST_FAULTS: "enabled",
+      // A row claimed just before the kill is re-sent once its lease and the
+      // relay's 60 s grace have passed, at the next minute's tick: with the
+      // default 60 s lease, up to 3 minutes after the claim. A 30 s lease
+      // keeps a margin against the 3-minute bound.
+      OUTBOX_LEASE_MS: 30000,
+      // The retry of an event whose first attempt failed is 30-60 s away:
+      // after the restart, so only a surviving alarm can run it.
+      EFFECT_RETRY_BASE_MS: 60000,
+    });
     port = await freePort();
   });
   after(async () => {

@@ -3,6 +3,7 @@
 // SIGKILL and start again on the same state. Also a recording HTTP sink for
 // side effects, and D1 queries on the on-disk state. Loopback only.
 import { spawn, spawnSync } from "node:child_process";
+import { writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { connect } from "node:net";
 import { constants } from "node:os";
@@ -19,13 +20,14 @@ const ENV = {
 // Every process group started here is killed when this process ends, however
 // it ends (a failed test, a timeout, Ctrl-C): no runtime outlives its test.
 const groups = new Set();
-const killGroup = (pgid) => {
+const signalGroup = (pgid, signal) => {
   try {
-    process.kill(-pgid, "SIGKILL");
+    process.kill(-pgid, signal);
   } catch (e) {
     if (e.code !== "ESRCH") throw e;
   }
 };
+const killGroup = (pgid) => signalGroup(pgid, "SIGKILL");
 process.on("exit", () => groups.forEach(killGroup));
 for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
   process.once(signal, () => {
@@ -105,13 +107,7 @@ export async function startDev({ port, persistTo, envFile, vars = {}, readyMs = 
     kill: gone,
     /** A clean stop (what Ctrl-C does), then SIGKILL for what is left. */
     async stop() {
-      if (!exited) {
-        try {
-          process.kill(-child.pid, "SIGTERM");
-        } catch (e) {
-          if (e.code !== "ESRCH") throw e;
-        }
-      }
+      if (!exited) signalGroup(child.pid, "SIGTERM");
       await Promise.race([exit, sleep(10_000)]);
       await gone();
     },
@@ -128,6 +124,11 @@ function portOpen(port) {
     });
     socket.once("error", () => resolve(false));
   });
+}
+
+/** Writes `vars` as the env file the runner's --env-file reads. */
+export function writeEnvFile(path, vars) {
+  writeFileSync(path, Object.entries(vars).map(([name, value]) => `${name}=${value}\n`).join(""));
 }
 
 /** Rows of a query against the local D1 in `persistTo` (wrangler d1 execute). */
