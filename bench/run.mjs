@@ -14,13 +14,13 @@
 //             the time from sending the webhook to the consumer calling the
 //             (fake) email API with the receipt
 // Prints events/s and p50/p99 latency per scenario, and the wasm size.
-import { createHmac } from "node:crypto";
 import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import http from "node:http";
 import os from "node:os";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 
+import { stripeHeaders } from "../tests/support/sign.mjs";
 import { startWorker } from "../tests/support/worker.mjs";
 
 const SECRET = "whsec_test_current";
@@ -69,9 +69,7 @@ function checkoutBody(n) {
 }
 
 function signed(body) {
-  const t = Math.floor(Date.now() / 1000);
-  const v1 = createHmac("sha256", SECRET).update(`${t}.${body}`).digest("hex");
-  return { body, headers: { "content-type": "application/json", "stripe-signature": `t=${t},v1=${v1}` } };
+  return { body, headers: stripeHeaders(body, SECRET) };
 }
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: STORM_SIZE });

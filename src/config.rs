@@ -2,7 +2,6 @@
 //! named error when something is wrong — a misconfigured worker answers 500
 //! with a log line saying which variable to fix, never panics.
 
-use std::fmt;
 use std::str::FromStr;
 
 use worker::Env;
@@ -21,12 +20,15 @@ pub const OUTBOX_DLQ_BINDING: &str = "OUTBOX_DLQ";
 /// A variable is missing or unreadable. The message names it; it never
 /// contains any variable's value (a secret pasted into the wrong variable
 /// must not end up in a log line).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct ConfigError(pub String);
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+/// A misconfiguration met off the delivery path (the inbox, the consumer,
+/// the admin pages) fails the call with its message, through `?`.
+impl From<ConfigError> for worker::Error {
+    fn from(error: ConfigError) -> Self {
+        worker::Error::RustError(error.0)
     }
 }
 

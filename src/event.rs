@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 pub struct VerifiedEvent {
     /// The `{source}` it arrived on: the dedupe scope.
     pub source: String,
-    /// The provider whose effects apply (today always the source's name).
+    /// The source's provider (`stripe` for a source `stripe-connect`), which
+    /// effects are planned by.
     pub provider: String,
     /// The provider's stable event id.
     pub id: String,
@@ -17,14 +18,15 @@ pub struct VerifiedEvent {
     pub kind: String,
     /// The raw body, exactly as signed.
     pub body: String,
-    /// SHA-256 of `body`, hex: how the delivery log tells copies apart.
+    /// SHA-256 of `body`, hex: how the delivery log tells deliveries apart.
     pub body_sha256: String,
     /// Where the signature does not cover the id: the SHA-256 (hex) of what
     /// it does cover, which the ledger fences on, so that one signed body
     /// makes one effect per source whatever id it arrives under (see
     /// `effects` and `Provider::replay_fence`).
     pub fence: Option<String>,
-    /// When the first copy arrived, in milliseconds since the Unix epoch.
+    /// When this delivery arrived (for the held event: the first one), in
+    /// milliseconds since the Unix epoch.
     pub received_at: i64,
 }
 

@@ -7,11 +7,11 @@
 //! reported and retries the report from its alarm until it is written, so an
 //! event cannot fail unseen while D1 is down.
 
-use worker::wasm_bindgen::JsValue;
-use worker::{Date, Env, Result};
+use worker::{Env, Result};
 
-use crate::config::DB_BINDING;
-use crate::effects::{self, Applied, Statement};
+use crate::clock::now_ms;
+use crate::d1::{Db, Statement};
+use crate::effects::{self, Applied};
 use crate::event::VerifiedEvent;
 
 /// What [`record`] did.
@@ -27,26 +27,21 @@ pub enum Recorded {
 /// unless the ledger already holds it — so a report that arrives late
 /// cannot list an event that was applied or dismissed meanwhile.
 pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Recorded> {
-    let now = Date::now().as_millis() as f64;
-    let params = [
-        JsValue::from_str(&event.source),
-        JsValue::from_str(&event.id),
-        JsValue::from_str(&event.kind),
-        JsValue::from_f64(event.received_at as f64),
-        JsValue::from_f64(now),
-        JsValue::from_str(error),
-    ];
-    let statement = env
-        .d1(DB_BINDING)?
-        .prepare(
-            "INSERT OR REPLACE INTO failed_events \
-             (source, event_id, type, received_at, failed_at, last_error) \
-             SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE NOT EXISTS \
-               (SELECT 1 FROM processed_events WHERE source = ?1 AND event_id = ?2)",
-        )
-        .bind(&params)?;
-    let changes = effects::changed_rows(statement).await?;
-    Ok(if changes > 0 {
+    let statement = Statement::new(
+        "INSERT OR REPLACE INTO failed_events \
+         (source, event_id, type, received_at, failed_at, last_error) \
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE NOT EXISTS \
+           (SELECT 1 FROM processed_events WHERE source = ?1 AND event_id = ?2)",
+        vec![
+            event.source.as_str().into(),
+            event.id.as_str().into(),
+            event.kind.as_str().into(),
+            event.received_at.into(),
+            now_ms().into(),
+            error.into(),
+        ],
+    );
+    Ok(if Db::from_env(env)?.run(&statement).await? > 0 {
         Recorded::Listed
     } else {
         Recorded::AlreadyHandled
@@ -55,13 +50,11 @@ pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Rec
 
 /// The effect committed after all: the event is no longer a failure.
 pub async fn resolve(env: &Env, source: &str, event_id: &str) -> Result<()> {
-    let params = [JsValue::from_str(source), JsValue::from_str(event_id)];
-    run(
-        env,
+    let statement = Statement::new(
         "DELETE FROM failed_events WHERE source = ?1 AND event_id = ?2",
-        &params,
-    )
-    .await
+        vec![source.into(), event_id.into()],
+    );
+    Db::from_env(env)?.run(&statement).await.map(drop)
 }
 
 /// An operator decided not to apply the event: its row here stays, as the
@@ -72,28 +65,20 @@ pub async fn resolve(env: &Env, source: &str, event_id: &str) -> Result<()> {
 /// shows the effect committed after all (nothing was dismissed: the row is
 /// resolved instead).
 pub async fn dismiss(env: &Env, event: &VerifiedEvent) -> Result<Applied> {
-    let now = Date::now().as_millis() as i64;
-    let record = Statement {
-        sql: "UPDATE failed_events SET dismissed_at = ?3 WHERE source = ?1 AND event_id = ?2",
-        params: vec![
+    let now = now_ms();
+    let record = Statement::new(
+        "UPDATE failed_events SET dismissed_at = ?3 WHERE source = ?1 AND event_id = ?2",
+        vec![
             event.source.as_str().into(),
             event.id.as_str().into(),
             now.into(),
         ],
-    };
-    let db = env.d1(DB_BINDING)?;
-    let applied = effects::apply(&db, event, vec![effects::ledger_row(event, now), record]).await?;
+    );
+    let db = Db::from_env(env)?;
+    let batch = [effects::ledger_row(event, now), record];
+    let applied = effects::apply(&db, event, &batch).await?;
     if applied != Applied::Now {
         resolve(env, &event.source, &event.id).await?;
     }
     Ok(applied)
-}
-
-async fn run(env: &Env, sql: &str, params: &[JsValue]) -> Result<()> {
-    env.d1(DB_BINDING)?
-        .prepare(sql)
-        .bind(params)?
-        .run()
-        .await
-        .map(drop)
 }

@@ -8,30 +8,41 @@
 //! - [`providers`]: one file per provider behind one trait (Stripe, GitHub,
 //!   Standard Webhooks/Svix, Shopify, Slack, Linear, Paddle, Twilio, generic
 //!   HMAC); [`signature`] holds the HMAC, constant-time and time-window pieces
-//!   they share.
+//!   they share. **Add a provider** there: one file and one line in `build`.
 //! - [`event`]: the verified, provider-independent event handed onward.
 //! - [`inbox`]: the `EventInbox` Durable Object, one per `"{source}:{id}"`.
 //!   It serializes duplicates, claims the event with synchronous SQL, stores
-//!   it before replying, and retries an unfinished effect from its alarm.
+//!   it before replying, and retries an unfinished effect from its alarm;
+//!   its state machine is pure code in `inbox/state.rs`.
 //! - [`effects`]: what an event changes in D1, applied in one batch with the
 //!   ledger row that makes it happen once, and the outbox rows of its side
-//!   effects.
+//!   effects. **Add an effect** there: one file and one arm in `plan`.
 //! - [`outbox`]: after the commit, side effects (email, chat) go through a
 //!   Queue; the consumer performs each once, under its own idempotency key,
-//!   and a cron relay re-sends what a lost message left behind.
-//! - [`admin`]: `/admin/api/…` behind a bearer token — events, their
-//!   attempts and side effects, replay, requeue; [`dashboard`]: `/admin`,
-//!   the same for a person.
-//! - [`config`]: vars, secrets and bindings, with errors that name the variable.
+//!   and a cron relay re-sends what a lost message left behind. **Add a side
+//!   effect** there: one file and one `Action` variant.
+//! - [`admin`]: `/admin/api/…` behind a bearer token and the `/admin`
+//!   dashboard — events, their deliveries and side effects, replay, dismiss,
+//!   requeue. **Add an endpoint** in `admin/api.rs`, reading through
+//!   `admin/queries.rs`.
+//!
+//! Shared chores, one way each: [`config`] (vars and secrets, errors that
+//! name the variable), [`d1`] (statements and typed rows), [`clock`],
+//! [`log`] (one JSON object per line), [`http`] (capped bodies, outgoing
+//! POSTs), [`failed_events`] and [`stats`] (what operators see), and
+//! [`fault`] (the faults the end-to-end tests inject).
 
 pub mod admin;
+pub mod clock;
 pub mod config;
-pub mod dashboard;
+pub mod d1;
 pub mod effects;
 pub mod event;
 pub mod failed_events;
+pub mod fault;
 pub mod http;
 pub mod inbox;
+pub mod log;
 pub mod outbox;
 pub mod providers;
 pub mod receive;
@@ -71,10 +82,10 @@ async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
         }
     }
     if let Some(rest) = path.strip_prefix("/admin/api/") {
-        return admin::harden(admin::handle(req, &env, rest).await);
+        return admin::harden(admin::api::handle(req, &env, rest).await);
     }
     if path == "/admin" || path.starts_with("/admin/") {
-        return admin::harden(dashboard::handle(req, &env, &path).await);
+        return admin::harden(admin::dashboard::handle(req, &env, &path).await);
     }
     match path.strip_prefix("/webhooks/") {
         Some(source) if req.method() == Method::Post => {
@@ -92,15 +103,14 @@ async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
 /// The outbox consumer: performs side effects, each under its own key.
 #[event(queue)]
 async fn queue(batch: MessageBatch<JsValue>, env: Env, _ctx: Context) -> Result<()> {
-    outbox::consume(batch, &env).await
+    outbox::consumer::consume(batch, &env).await
 }
 
 /// The cron relay (`[triggers] crons`): re-sends outbox rows whose queue
 /// message was lost.
 #[event(scheduled)]
 async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
-    if let Err(e) = outbox::relay(&env).await {
-        let error = serde_json::to_string(&e.to_string()).unwrap_or_default();
-        worker::console_error!(r#"{{"msg":"outbox_relay_failed","error":{error}}}"#);
+    if let Err(e) = outbox::relay::run(&env).await {
+        log::error(&log::Line::new("outbox_relay_failed").error(e));
     }
 }

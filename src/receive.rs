@@ -9,15 +9,17 @@
 //! lost and it may hold the event; a retry is then answered as its copy.
 
 use serde::Serialize;
-use worker::{console_log, Context, Date, Env, Headers, Request, Response, Result};
+use worker::{Context, Env, Headers, Request, Response, Result};
 
-use crate::config::{self, ConfigError, Limits, INBOX_BINDING};
+use crate::clock::now_ms;
+use crate::config::{self, ConfigError, Limits};
 use crate::effects;
-use crate::event::VerifiedEvent;
+use crate::event::{self, VerifiedEvent};
+use crate::fault::Fault;
 use crate::http::{self, BodyError};
-use crate::inbox::{self, Answer, DeliveryError, Fault};
+use crate::inbox::client::{self, Answer, DeliveryError};
 use crate::providers::{self, Identity, RawRequest, Rejection, VerifyContext};
-use crate::{sources, stats};
+use crate::{log, sources, stats};
 
 /// Why a delivery was not taken. Nothing was recorded in any of these cases
 /// but `Unconfirmed`.
@@ -110,7 +112,7 @@ struct Trace {
 /// The one log line of a delivery. Field names are stable: dashboards and
 /// `wrangler tail` filters rely on them. Never a secret, never the payload.
 #[derive(Serialize)]
-struct LogLine<'a> {
+struct DeliveryLine<'a> {
     msg: &'static str,
     source: &'a str,
     key: Option<&'a str>,
@@ -130,7 +132,7 @@ struct LogLine<'a> {
     /// Which configured secret verified it (its position, never its value):
     /// when the old secret of a rotation stops appearing, retire it.
     secret: Option<usize>,
-    latency_ms: u64,
+    latency_ms: i64,
 }
 
 /// The reply to the sender.
@@ -147,10 +149,10 @@ enum Reply<'a> {
 }
 
 pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Result<Response> {
-    let started = Date::now().as_millis();
+    let started = now_ms();
     let mut trace = Trace::default();
     let result = receive(req, env, source, &mut trace).await;
-    let latency_ms = Date::now().as_millis().saturating_sub(started);
+    let latency_ms = now_ms() - started;
 
     let key = trace.key.as_deref();
     let (status, outcome, refusal) = match &result {
@@ -162,7 +164,7 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
         Ok(Taken::Event(answer)) => answer.replayed_body_of.as_deref(),
         _ => None,
     };
-    let line = LogLine {
+    let line = DeliveryLine {
         msg: "delivery",
         source,
         key,
@@ -178,7 +180,7 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
         secret: trace.secret,
         latency_ms,
     };
-    console_log!("{}", serde_json::to_string(&line)?);
+    log::info(&line);
     if replayed_body_of.is_some() {
         stats::count(source, "replayed_body");
     }
@@ -223,7 +225,7 @@ fn count(env: &Env, ctx: &Context, source: &str, outcome: &str, refusal: Option<
         None => stats::count(source, outcome),
     }
     let interval = config::stats_flush_ms(env);
-    if let Some(counts) = stats::take_due(Date::now().as_millis(), interval) {
+    if let Some(counts) = stats::take_due(now_ms() as u64, interval) {
         ctx.wait_until(stats::flush(env.clone(), counts));
     }
 }
@@ -265,7 +267,7 @@ async fn receive(
     let raw = RawRequest::new(req.inner().url(), req.headers().entries(), body);
     let ctx = VerifyContext {
         secrets: &secrets,
-        now: Date::now().as_millis() / 1000,
+        now: (now_ms() / 1000) as u64,
         tolerance: config.tolerance_secs.unwrap_or(limits.tolerance_secs),
     };
     trace.secret = Some(provider.verify(&raw, &ctx)?);
@@ -276,14 +278,14 @@ async fn receive(
     if identity.id.len() > providers::MAX_EVENT_ID_BYTES {
         return Err(Rejection::BadEventId.into());
     }
-    trace.key = Some(crate::event::dedupe_key(source, &identity.id));
+    trace.key = Some(event::dedupe_key(source, &identity.id));
     trace.kind = Some(identity.kind.clone());
 
     let fault = raw
         .header("x-test-fault")
         .filter(|_| limits.test_faults)
         .and_then(Fault::parse);
-    let body_sha256 = crate::event::sha256_hex(&raw.body);
+    let body_sha256 = event::sha256_hex(&raw.body);
     let fence = provider.replay_fence(&raw, &body_sha256);
     let body = String::from_utf8(raw.body)
         .map_err(|_| Rejection::MalformedBody("body is not UTF-8".into()))?;
@@ -295,16 +297,11 @@ async fn receive(
         body_sha256,
         fence,
         body,
-        received_at: Date::now().as_millis() as i64,
+        received_at: now_ms(),
     };
     // An event whose effect cannot be planned would fail every retry:
     // refuse it now, while the sender can still see why.
     effects::plan(&event, event.received_at)
         .map_err(|e| Rejection::MalformedBody(format!("effect: {}", e.0)))?;
-
-    let stub = env
-        .durable_object(INBOX_BINDING)
-        .and_then(|ns| ns.get_by_name(&event.key()))
-        .map_err(|e| Refusal::NotRecorded(e.to_string()))?;
-    Ok(Taken::Event(inbox::deliver(&stub, event, fault).await?))
+    Ok(Taken::Event(client::deliver(env, event, fault).await?))
 }

@@ -15,10 +15,10 @@
 
 use std::cell::RefCell;
 
-use worker::wasm_bindgen::JsValue;
-use worker::{console_error, Env};
+use worker::Env;
 
-use crate::config::DB_BINDING;
+use crate::d1::{Db, Statement};
+use crate::log::{self, Line};
 
 /// Counts not yet in D1, and when they were last flushed (ms).
 #[derive(Default)]
@@ -60,30 +60,29 @@ pub fn take_due(now: u64, interval_ms: u64) -> Option<Vec<(String, String, u64)>
 /// Adds the counts to D1 in one batch. On failure they are logged and
 /// dropped: telemetry is not worth a retry loop.
 pub async fn flush(env: Env, counts: Vec<(String, String, u64)>) {
-    let result = async {
-        let db = env.d1(DB_BINDING)?;
-        let statements = counts
-            .iter()
-            .map(|(source, counter, n)| {
-                db.prepare(
-                    "INSERT INTO source_counters (source, counter, value) VALUES (?1, ?2, ?3) \
-                     ON CONFLICT (source, counter) DO UPDATE SET value = value + excluded.value",
-                )
-                .bind(&[
-                    JsValue::from_str(source),
-                    JsValue::from_str(counter),
-                    JsValue::from_f64(*n as f64),
-                ])
-            })
-            .collect::<worker::Result<Vec<_>>>()?;
-        db.batch(statements).await.map(|_| ())
-    }
-    .await;
+    let statements: Vec<Statement> = counts
+        .iter()
+        .map(|(source, counter, n)| {
+            Statement::new(
+                "INSERT INTO source_counters (source, counter, value) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (source, counter) DO UPDATE SET value = value + excluded.value",
+                vec![
+                    source.as_str().into(),
+                    counter.as_str().into(),
+                    (*n as i64).into(),
+                ],
+            )
+        })
+        .collect();
+    let result = match Db::from_env(&env) {
+        Ok(db) => db.batch(&statements).await,
+        Err(e) => Err(e),
+    };
     if let Err(e) = result {
-        let error = serde_json::to_string(&e.to_string()).unwrap_or_default();
-        console_error!(
-            r#"{{"msg":"stats_flush_failed","counts":{},"error":{error}}}"#,
-            counts.len()
+        log::error(
+            &Line::new("stats_flush_failed")
+                .counts(counts.len())
+                .error(e),
         );
     }
 }

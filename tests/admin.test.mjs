@@ -75,10 +75,10 @@ describe("admin views and actions", () => {
     // The delivery log: each copy by time, size and payload hash.
     const sha256 = createHash("sha256").update(body).digest("hex");
     assert.deepEqual(
-      detail.inbox.attempts.map((a) => [a.copy, a.bytes, a.sha256]),
+      detail.inbox.delivery_log.map((a) => [a.kind, a.bytes, a.sha256]),
       [["first", Buffer.byteLength(body), sha256], ["duplicate", Buffer.byteLength(body), sha256]],
     );
-    assert.ok(detail.inbox.attempts[0].at <= detail.inbox.attempts[1].at);
+    assert.ok(detail.inbox.delivery_log[0].at <= detail.inbox.delivery_log[1].at);
 
     const listed = await adminJson("events?source=stripe&type=checkout.session.completed&limit=500");
     assert.ok(listed.events.some((e) => e.event_id === id));

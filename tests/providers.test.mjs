@@ -4,13 +4,10 @@
 // crypto, independently of the worker's Rust code.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { createHmac, generateKeyPairSync, sign } from "node:crypto";
+import { generateKeyPairSync, sign } from "node:crypto";
 
 import { startWorker } from "./support/worker.mjs";
-import { uniqueId } from "./support/sign.mjs";
-
-const hmac = (algorithm, key, content, encoding) => createHmac(algorithm, key).update(content).digest(encoding);
-const now = () => Math.floor(Date.now() / 1000);
+import { SIGNATURES, now, uniqueId } from "./support/sign.mjs";
 
 const STD_KEY = Buffer.from("standard-webhooks-test-key-32by!");
 const STD_SECRET = `whsec_${STD_KEY.toString("base64")}`;
@@ -66,7 +63,7 @@ const SIGNERS = {
       body,
       headers: {
         "content-type": "application/json",
-        "x-shopify-hmac-sha256": hmac("sha256", secret, body, "base64"),
+        "x-shopify-hmac-sha256": SIGNATURES.shopify(secret, body),
         "x-shopify-event-id": id,
         "x-shopify-topic": "orders/create",
       },
@@ -82,7 +79,7 @@ const SIGNERS = {
       headers: {
         "content-type": "application/json",
         "x-slack-request-timestamp": ts,
-        "x-slack-signature": `v0=${hmac("sha256", secret, `v0:${ts}:${body}`, "hex")}`,
+        "x-slack-signature": SIGNATURES.slack(secret, ts, body),
       },
     };
   },
@@ -92,7 +89,7 @@ const SIGNERS = {
     return {
       id,
       body,
-      headers: { "content-type": "application/json", "linear-delivery": id, "linear-signature": hmac("sha256", secret, body, "hex") },
+      headers: { "content-type": "application/json", "linear-delivery": id, "linear-signature": SIGNATURES.linear(secret, body) },
     };
   },
   paddle(secret = SECRETS.PADDLE_WEBHOOK_SECRET) {
@@ -102,7 +99,7 @@ const SIGNERS = {
     return {
       id,
       body,
-      headers: { "content-type": "application/json", "paddle-signature": `ts=${ts};h1=${hmac("sha256", secret, `${ts}:${body}`, "hex")}` },
+      headers: { "content-type": "application/json", "paddle-signature": SIGNATURES.paddle(secret, ts, body) },
     };
   },
   twilio(secret = SECRETS.TWILIO_WEBHOOK_SECRET) {
@@ -110,14 +107,13 @@ const SIGNERS = {
     const params = { MessageSid: "SM123", MessageStatus: "delivered", To: "+15551234567" };
     const body = new URLSearchParams(params).toString();
     const url = "http://localhost/webhooks/twilio";
-    const signed = url + Object.keys(params).sort().map((k) => k + params[k]).join("");
     return {
       id,
       body,
       headers: {
         "content-type": "application/x-www-form-urlencoded",
         "i-twilio-idempotency-token": id,
-        "x-twilio-signature": hmac("sha1", secret, signed, "base64"),
+        "x-twilio-signature": SIGNATURES.twilio(secret, url, Object.entries(params)),
       },
     };
   },
@@ -131,7 +127,7 @@ const SIGNERS = {
       headers: {
         "content-type": "application/json",
         "x-acme-timestamp": ts,
-        "x-acme-signature": `sha256=${hmac("sha256", secret, `${ts}.${body}`, "hex")}`,
+        "x-acme-signature": SIGNATURES.acme(secret, ts, body),
       },
     };
   },
@@ -148,7 +144,7 @@ function standardWebhooks(prefix, secret) {
       "content-type": "application/json",
       [`${prefix}-id`]: id,
       [`${prefix}-timestamp`]: ts,
-      [`${prefix}-signature`]: `v1,${hmac("sha256", secret, `${id}.${ts}.${body}`, "base64")}`,
+      [`${prefix}-signature`]: SIGNATURES.standardWebhooks(secret, id, ts, body),
     },
   };
 }
@@ -203,7 +199,7 @@ describe("provider specifics", () => {
     const id = uniqueId("msg");
     const ts = String(now() - 301);
     const body = "{}";
-    const headers = { "webhook-id": id, "webhook-timestamp": ts, "webhook-signature": `v1,${hmac("sha256", STD_KEY, `${id}.${ts}.${body}`, "base64")}` };
+    const headers = { "webhook-id": id, "webhook-timestamp": ts, "webhook-signature": SIGNATURES.standardWebhooks(STD_KEY, id, ts, body) };
     const res = await w.post("/webhooks/std", body, headers);
     assert.equal(res.status, 401);
     assert.equal((await res.json()).error, "timestamp_outside_window");
@@ -215,7 +211,7 @@ describe("provider specifics", () => {
     const before = await w.scalar("SELECT count(*) FROM processed_events WHERE source = 'slack'");
     const res = await w.post("/webhooks/slack", body, {
       "x-slack-request-timestamp": ts,
-      "x-slack-signature": `v0=${hmac("sha256", SECRETS.SLACK_WEBHOOK_SECRET, `v0:${ts}:${body}`, "hex")}`,
+      "x-slack-signature": SIGNATURES.slack(SECRETS.SLACK_WEBHOOK_SECRET, ts, body),
     });
     assert.equal(res.status, 200);
     assert.deepEqual(await res.json(), { challenge: "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P" });
@@ -235,7 +231,7 @@ describe("provider specifics", () => {
     const body = JSON.stringify({ id: uniqueId("evt"), type: "invoice.created", created: 1, data: { object: {} } });
     const signed = (secret) => {
       const t = now();
-      return { "stripe-signature": `t=${t},v1=${hmac("sha256", secret, `${t}.${body}`, "hex")}` };
+      return { "stripe-signature": SIGNATURES.stripe(secret, t, body) };
     };
     const connectSecret = SECRETS.STRIPE_CONNECT_WEBHOOK_SECRET;
     assert.equal((await w.post("/webhooks/stripe-connect", body, signed("whsec_test_current"))).status, 401);

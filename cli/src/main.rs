@@ -12,78 +12,60 @@
 //! its own: nothing here is shared with the worker it checks.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use clap::{Parser, ValueEnum};
 use selftest::signers::{delivery, Delivery, PROVIDERS};
 
+/// Prove a webhook endpoint idempotent: sign, send, and storm it with
+/// copies of one event.
+#[derive(Parser)]
+#[command(name = "selftest", version)]
 struct Args {
-    command: String,
+    command: Command,
+    /// Which provider's signature scheme to sign with.
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(PROVIDERS))]
     provider: String,
+    /// The source's webhook secret.
+    #[arg(long, env = "SELFTEST_SECRET", hide_env_values = true)]
     secret: String,
+    /// The worker's base URL.
+    #[arg(long, default_value = "http://localhost:8787")]
     url: String,
-    source: String,
-    body: Option<String>,
+    /// The `{source}` of `/webhooks/{source}`; the provider's name by default.
+    #[arg(long)]
+    source: Option<String>,
+    /// A file holding the body to sign; a fresh sample event by default.
+    #[arg(long)]
+    body: Option<PathBuf>,
+    /// How many copies `storm` sends at once.
+    #[arg(long, default_value_t = 50)]
     copies: usize,
+    /// The worker's ADMIN_TOKEN, for `storm` to check the ledger and outbox.
+    #[arg(long, env = "SELFTEST_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
 }
 
-const USAGE: &str = "usage: selftest <sign|send|storm> <provider> --secret S [--url URL] [--source NAME] [--body FILE] [--copies N] [--admin-token T]
-providers: stripe, github, standard-webhooks, svix, shopify, slack, linear, paddle, twilio
-secret and admin token may also come from SELFTEST_SECRET and SELFTEST_ADMIN_TOKEN";
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Command {
+    /// Print a signed delivery (headers and body) without sending it.
+    Sign,
+    /// Send one signed delivery and print the reply.
+    Send,
+    /// Send N copies of one event at once, then check exactly one took effect.
+    Storm,
+}
 
-fn parse_args() -> Result<Args, String> {
-    let mut positional = Vec::new();
-    let mut flags = BTreeMap::new();
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.strip_prefix("--") {
-            Some(flag) => {
-                let value = args.next().ok_or(format!("--{flag} needs a value"))?;
-                flags.insert(flag.to_string(), value);
-            }
-            None => positional.push(arg),
-        }
+impl Args {
+    fn source(&self) -> &str {
+        self.source.as_deref().unwrap_or(&self.provider)
     }
-    let [command, provider] = positional.as_slice() else {
-        return Err(USAGE.into());
-    };
-    if !matches!(command.as_str(), "sign" | "send" | "storm")
-        || !PROVIDERS.contains(&provider.as_str())
-    {
-        return Err(USAGE.into());
+
+    fn base_url(&self) -> &str {
+        self.url.trim_end_matches('/')
     }
-    let secret = flags
-        .remove("secret")
-        .or_else(|| std::env::var("SELFTEST_SECRET").ok())
-        .ok_or("a secret is needed: --secret or SELFTEST_SECRET")?;
-    let body = flags
-        .remove("body")
-        .map(|path| std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}")))
-        .transpose()?;
-    let copies = flags.remove("copies").map_or(Ok(50), |n| {
-        n.parse().map_err(|_| "--copies takes a number".to_string())
-    })?;
-    let args = Args {
-        command: command.clone(),
-        provider: provider.clone(),
-        secret,
-        url: flags
-            .remove("url")
-            .unwrap_or_else(|| "http://localhost:8787".into())
-            .trim_end_matches('/')
-            .to_string(),
-        source: flags.remove("source").unwrap_or_else(|| provider.clone()),
-        body,
-        copies,
-        admin_token: flags
-            .remove("admin-token")
-            .or_else(|| std::env::var("SELFTEST_ADMIN_TOKEN").ok()),
-    };
-    if let Some(unknown) = flags.keys().next() {
-        return Err(format!("unknown option --{unknown}\n{USAGE}"));
-    }
-    Ok(args)
 }
 
 fn now() -> u64 {
@@ -100,20 +82,24 @@ fn fresh_id() -> String {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
+    let args = Args::parse();
+    let body = match &args.body {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(body) => Some(body),
+            Err(e) => {
+                eprintln!("{}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
     };
-    let endpoint = format!("{}/webhooks/{}", args.url, args.source);
+    let endpoint = format!("{}/webhooks/{}", args.base_url(), args.source());
     let event = match delivery(
         &args.provider,
         &args.secret,
         &endpoint,
         &fresh_id(),
-        args.body.clone(),
+        body,
         now(),
     ) {
         Ok(event) => event,
@@ -122,12 +108,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match args.command.as_str() {
-        "sign" => {
+    match args.command {
+        Command::Sign => {
             print_signed(&event, &endpoint);
             ExitCode::SUCCESS
         }
-        "send" => match post(&endpoint, &event) {
+        Command::Send => match post(&endpoint, &event) {
             Ok((status, body)) => {
                 println!("{status} {body}");
                 if (200..300).contains(&status) {
@@ -141,7 +127,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        _ => storm(&args, &endpoint, &event),
+        Command::Storm => storm(&args, &endpoint, &event),
     }
 }
 
@@ -278,7 +264,9 @@ fn storm(args: &Args, endpoint: &str, event: &Delivery) -> ExitCode {
 fn check_records(args: &Args, event: &Delivery, token: &str) -> Result<bool, String> {
     let url = format!(
         "{}/admin/api/events/{}/{}",
-        args.url, args.source, event.event_id
+        args.base_url(),
+        args.source(),
+        event.event_id
     );
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -205,11 +205,8 @@ pub fn sign(
             ),
         ),
         "twilio" => {
-            let mut params: Vec<(String, String)> = body
-                .split('&')
-                .filter_map(|pair| pair.split_once('='))
-                .map(|(n, v)| (form_decode(n), form_decode(v)))
-                .collect();
+            let mut params: Vec<(String, String)> =
+                form_urlencoded::parse(b).into_owned().collect();
             params.sort();
             let signed: String = std::iter::once(url.to_string())
                 .chain(params.into_iter().map(|(n, v)| n + &v))
@@ -221,26 +218,6 @@ pub fn sign(
         }
         other => return Err(format!("unknown provider '{other}'")),
     })
-}
-
-fn form_decode(text: &str) -> String {
-    let text = text.replace('+', " ");
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-            if let Ok(byte) = u8::from_str_radix(hex, 16) {
-                out.push(byte);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A signed delivery of a fixture (or of `body`, for a provider whose id the

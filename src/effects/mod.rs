@@ -25,47 +25,10 @@ mod subscriptions;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use crate::d1::Db;
+pub use crate::d1::{Statement, Value};
 use crate::event::VerifiedEvent;
 use crate::outbox::{self, notify_chat, send_receipt, SideEffect};
-
-/// A bound SQL parameter.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    Text(String),
-    Int(i64),
-    Null,
-}
-
-impl From<&str> for Value {
-    fn from(s: &str) -> Self {
-        Value::Text(s.to_string())
-    }
-}
-
-impl From<String> for Value {
-    fn from(s: String) -> Self {
-        Value::Text(s)
-    }
-}
-
-impl From<i64> for Value {
-    fn from(n: i64) -> Self {
-        Value::Int(n)
-    }
-}
-
-impl<T: Into<Value>> From<Option<T>> for Value {
-    fn from(v: Option<T>) -> Self {
-        v.map_or(Value::Null, Into::into)
-    }
-}
-
-/// One SQL statement of an effect batch.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Statement {
-    pub sql: &'static str,
-    pub params: Vec<Value>,
-}
 
 /// The event's body lacks what its effect needs. Permanent: retrying the
 /// same bytes cannot help, so the receiver answers 400 before claiming.
@@ -177,50 +140,28 @@ pub enum Applied {
 }
 
 /// Runs the planned batch for `event` as one D1 transaction.
-pub async fn apply(
-    db: &worker::D1Database,
-    event: &VerifiedEvent,
-    batch: Vec<Statement>,
-) -> worker::Result<Applied> {
-    let statements = batch
-        .into_iter()
-        .map(|s| db.prepare(s.sql).bind(&to_js(s.params)))
-        .collect::<worker::Result<Vec<_>>>()?;
-    match db.batch(statements).await {
-        Ok(_) => Ok(Applied::Now),
+pub async fn apply(db: &Db, event: &VerifiedEvent, batch: &[Statement]) -> worker::Result<Applied> {
+    match db.batch(batch).await {
+        Ok(()) => Ok(Applied::Now),
         Err(e) if is_ledger_conflict(&e.to_string()) => ledger_holder(db, event).await,
         Err(e) => Err(e),
     }
 }
 
-/// Runs one statement and returns how many rows it changed: how a
-/// conditional write learns whether its condition held.
-pub async fn changed_rows(statement: worker::D1PreparedStatement) -> worker::Result<usize> {
-    Ok(statement
-        .run()
-        .await?
-        .meta()?
-        .and_then(|meta| meta.changes)
-        .unwrap_or(0))
-}
-
 /// After a ledger clash: which row the event clashed with. Its own id first
 /// (an earlier attempt), else the row holding the same body (a replay).
-async fn ledger_holder(db: &worker::D1Database, event: &VerifiedEvent) -> worker::Result<Applied> {
-    let holder = db
-        .prepare(
-            "SELECT event_id FROM processed_events \
-             WHERE source = ?1 AND (event_id = ?2 OR fence_sha256 = ?3) \
-             ORDER BY event_id = ?2 DESC LIMIT 1",
-        )
-        .bind(&to_js(vec![
+async fn ledger_holder(db: &Db, event: &VerifiedEvent) -> worker::Result<Applied> {
+    let holder = Statement::new(
+        "SELECT event_id FROM processed_events \
+         WHERE source = ?1 AND (event_id = ?2 OR fence_sha256 = ?3) \
+         ORDER BY event_id = ?2 DESC LIMIT 1",
+        vec![
             event.source.as_str().into(),
             event.id.as_str().into(),
             event.fence.as_deref().into(),
-        ]))?
-        .first::<String>(Some("event_id"))
-        .await?;
-    match holder {
+        ],
+    );
+    match db.text(&holder, "event_id").await? {
         Some(id) if id == event.id => Ok(Applied::Earlier),
         Some(id) => Ok(Applied::Replayed { of: id }),
         None => Err("the ledger reported a clash but holds no matching row".into()),
@@ -231,19 +172,6 @@ async fn ledger_holder(db: &worker::D1Database, event: &VerifiedEvent) -> worker
 /// failure naming the table; only the ledger's counts as "already applied".
 fn is_ledger_conflict(message: &str) -> bool {
     message.contains("UNIQUE constraint failed: processed_events")
-}
-
-fn to_js(params: Vec<Value>) -> Vec<worker::wasm_bindgen::JsValue> {
-    use worker::wasm_bindgen::JsValue;
-    params
-        .into_iter()
-        .map(|v| match v {
-            Value::Text(s) => JsValue::from_str(&s),
-            // D1 binds JS numbers; amounts and millisecond times fit in 2^53.
-            Value::Int(n) => JsValue::from_f64(n as f64),
-            Value::Null => JsValue::NULL,
-        })
-        .collect()
 }
 
 /// A Stripe event: its creation time and `data.object`.

@@ -3,11 +3,9 @@
 
 use serde::Serialize;
 
-use super::{post_json, unconfigured, Call, Performed, SideEffect};
+use super::{post_json, unconfigured, Action, Call, Performed, SideEffect};
 use crate::config;
 use crate::effects::stars::StarEvent;
-
-pub const ACTION: &str = "notify_chat";
 
 /// Stored as the row's payload and posted as is.
 #[derive(Serialize)]
@@ -20,7 +18,7 @@ pub fn intent(star: &StarEvent) -> SideEffect {
     let message = Message {
         text: format!("{who} starred {}", star.repository.full_name),
     };
-    SideEffect::new(ACTION, &message)
+    SideEffect::new(Action::NotifyChat, &message)
 }
 
 /// The URL is a secret of its own (Slack's carry a token): it never appears
@@ -41,7 +39,7 @@ mod tests {
     fn the_message_names_who_and_what() {
         let body = r#"{"action":"created","starred_at":"2026-01-01T00:00:00Z","repository":{"full_name":"octo/cat"},"sender":{"login":"mona"}}"#;
         let side_effect = intent(&StarEvent::from_event(body, true).unwrap());
-        assert_eq!(side_effect.action, ACTION);
+        assert_eq!(side_effect.action, Action::NotifyChat);
         assert_eq!(side_effect.payload, r#"{"text":"mona starred octo/cat"}"#);
     }
 }

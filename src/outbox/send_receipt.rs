@@ -3,11 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{post_json, unconfigured, Call, Performed, SideEffect};
+use super::{post_json, unconfigured, Action, Call, Performed, SideEffect};
 use crate::config;
 use crate::effects::orders::CheckoutSession;
-
-pub const ACTION: &str = "send_receipt";
 
 /// What the row stores, and the performer reads back.
 #[derive(Serialize, Deserialize)]
@@ -34,7 +32,7 @@ pub fn intent(session: &CheckoutSession) -> Option<SideEffect> {
             session.id
         ),
     };
-    Some(SideEffect::new(ACTION, &receipt).about("checkout_session", &session.id))
+    Some(SideEffect::new(Action::SendReceipt, &receipt).about("checkout_session", &session.id))
 }
 
 /// An amount in minor units, written with its currency's exponent: JPY has
@@ -101,7 +99,7 @@ mod tests {
         let body = r#"{"created":1,"data":{"object":{"id":"cs_1","amount_total":4205,"currency":"eur",
             "customer_details":{"email":"a@b.c"}}}}"#;
         let side_effect = intent(&CheckoutSession::from_event(body).unwrap()).unwrap();
-        assert_eq!(side_effect.action, ACTION);
+        assert_eq!(side_effect.action, Action::SendReceipt);
         let receipt: Receipt = serde_json::from_str(&side_effect.payload).unwrap();
         assert_eq!(receipt.to, "a@b.c");
         assert_eq!(

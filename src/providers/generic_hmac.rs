@@ -176,6 +176,7 @@ impl Provider for GenericHmac {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::testing;
     use crate::signature::Secrets;
 
     const BODY: &str = r#"{"id":"a-1","kind":"thing.happened"}"#;
@@ -195,21 +196,14 @@ mod tests {
     }
 
     fn request(headers: &[(&str, &str)]) -> RawRequest {
-        let headers = headers.iter().map(|(n, v)| (n.to_string(), v.to_string()));
-        RawRequest::new("https://example.com/", headers, BODY.as_bytes().to_vec())
+        let headers: Vec<_> = headers.iter().map(|&(n, v)| (n, Some(v))).collect();
+        testing::request(&headers, BODY)
     }
 
     fn verify(provider: &GenericHmac, req: &RawRequest, now: u64) -> Result<(), Rejection> {
         let secrets = Secrets::split("old_one_secret, acme_secret");
         provider
-            .verify(
-                req,
-                &VerifyContext {
-                    secrets: &secrets,
-                    now,
-                    tolerance: 300,
-                },
-            )
+            .verify(req, &testing::context(&secrets, now))
             .map(drop)
     }
 

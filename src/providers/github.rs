@@ -57,6 +57,7 @@ impl Provider for GitHub {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::testing;
     use crate::signature::{Secrets, Tag};
 
     /// GitHub's documented example ("Validating webhook deliveries"):
@@ -66,8 +67,8 @@ mod tests {
     const DOC_SIG: &str = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
 
     fn request(headers: &[(&str, &str)], body: &str) -> RawRequest {
-        let headers = headers.iter().map(|(n, v)| (n.to_string(), v.to_string()));
-        RawRequest::new("https://example.com/", headers, body.as_bytes().to_vec())
+        let headers: Vec<_> = headers.iter().map(|&(n, v)| (n, Some(v))).collect();
+        testing::request(&headers, body)
     }
 
     fn verify_with(
@@ -75,16 +76,8 @@ mod tests {
         secrets: &Secrets,
         body: &str,
     ) -> Result<(), Rejection> {
-        let ctx = VerifyContext {
-            secrets,
-            now: 0,
-            tolerance: 300,
-        };
-        let headers: Vec<(&str, &str)> = signature
-            .map(|s| ("X-Hub-Signature-256", s))
-            .into_iter()
-            .collect();
-        GitHub.verify(&request(&headers, body), &ctx).map(drop)
+        let req = testing::request(&[("X-Hub-Signature-256", signature)], body);
+        GitHub.verify(&req, &testing::context(secrets, 0)).map(drop)
     }
 
     fn verify(signature: Option<&str>, secrets: &str, body: &str) -> Result<(), Rejection> {

@@ -63,6 +63,7 @@ impl Provider for Linear {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::testing;
     use crate::signature::Secrets;
 
     const BODY: &str = r#"{"action":"create","type":"Issue","data":{"id":"abc"},"webhookTimestamp":1700000000000}"#;
@@ -71,21 +72,16 @@ mod tests {
     const NOW: u64 = 1_700_000_000;
 
     fn request(sig: Option<&str>, body: &str) -> RawRequest {
-        let mut headers = vec![(
-            "Linear-Delivery".to_string(),
-            "234d1a4e-b617-4388-90fe-adc3633d6b72".to_string(),
-        )];
-        headers.extend(sig.map(|s| ("Linear-Signature".to_string(), s.to_string())));
-        RawRequest::new("https://example.com/", headers, body.as_bytes().to_vec())
+        let delivery = Some("234d1a4e-b617-4388-90fe-adc3633d6b72");
+        testing::request(
+            &[("Linear-Delivery", delivery), ("Linear-Signature", sig)],
+            body,
+        )
     }
 
     fn verify_at(sig: Option<&str>, secrets: &str, body: &str, now: u64) -> Result<(), Rejection> {
         let secrets = Secrets::split(secrets);
-        let ctx = VerifyContext {
-            secrets: &secrets,
-            now,
-            tolerance: 300,
-        };
+        let ctx = testing::context(&secrets, now);
         Linear.verify(&request(sig, body), &ctx).map(drop)
     }
 

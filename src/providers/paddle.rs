@@ -55,6 +55,7 @@ impl Provider for Paddle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::testing;
     use crate::signature::Secrets;
 
     const BODY: &str = r#"{"event_id":"evt_01h8bxk9wyy4b3dz1t3sq0yp1d","event_type":"transaction.completed","data":{}}"#;
@@ -64,16 +65,8 @@ mod tests {
 
     fn verify_at(header: &str, secrets: &str, now: u64) -> Result<(), Rejection> {
         let secrets = Secrets::split(secrets);
-        let ctx = VerifyContext {
-            secrets: &secrets,
-            now,
-            tolerance: 300,
-        };
-        let req = RawRequest::new(
-            "https://example.com/",
-            [("Paddle-Signature".to_string(), header.to_string())],
-            BODY.as_bytes().to_vec(),
-        );
+        let ctx = testing::context(&secrets, now);
+        let req = testing::request(&[("Paddle-Signature", Some(header))], BODY);
         Paddle.verify(&req, &ctx).map(drop)
     }
 

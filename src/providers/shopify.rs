@@ -35,6 +35,7 @@ impl Provider for Shopify {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::testing;
     use crate::providers::EventIdentity;
     use crate::signature::Secrets;
 
@@ -43,22 +44,15 @@ mod tests {
     const SIG: &str = "LnwdZPLBbdjkBwPD/lDL1/rYEGby/GHPtL1aAH6Dxjc=";
 
     fn request(headers: &[(&str, &str)], body: &str) -> RawRequest {
-        let headers = headers.iter().map(|(n, v)| (n.to_string(), v.to_string()));
-        RawRequest::new("https://example.com/", headers, body.as_bytes().to_vec())
+        let headers: Vec<_> = headers.iter().map(|&(n, v)| (n, Some(v))).collect();
+        testing::request(&headers, body)
     }
 
     fn verify(sig: Option<&str>, secrets: &str, body: &str) -> Result<(), Rejection> {
         let secrets = Secrets::split(secrets);
-        let ctx = VerifyContext {
-            secrets: &secrets,
-            now: 0,
-            tolerance: 300,
-        };
-        let headers: Vec<(&str, &str)> = sig
-            .map(|s| ("X-Shopify-Hmac-Sha256", s))
-            .into_iter()
-            .collect();
-        Shopify.verify(&request(&headers, body), &ctx).map(drop)
+        let ctx = testing::context(&secrets, 0);
+        let req = testing::request(&[("X-Shopify-Hmac-Sha256", sig)], body);
+        Shopify.verify(&req, &ctx).map(drop)
     }
 
     #[test]

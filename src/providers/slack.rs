@@ -79,6 +79,7 @@ impl Provider for Slack {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::testing;
     use crate::signature::Secrets;
 
     // Slack's documented example ("Verifying requests from Slack").
@@ -88,18 +89,16 @@ mod tests {
     const SIG: &str = "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503";
 
     fn request(sig: Option<&str>, ts: &str, body: &str) -> RawRequest {
-        let mut headers = vec![("X-Slack-Request-Timestamp".to_string(), ts.to_string())];
-        headers.extend(sig.map(|s| ("X-Slack-Signature".to_string(), s.to_string())));
-        RawRequest::new("https://example.com/", headers, body.as_bytes().to_vec())
+        let headers = [
+            ("X-Slack-Request-Timestamp", Some(ts)),
+            ("X-Slack-Signature", sig),
+        ];
+        testing::request(&headers, body)
     }
 
     fn verify_at(sig: &str, secrets: &str, now: u64) -> Result<(), Rejection> {
         let secrets = Secrets::split(secrets);
-        let ctx = VerifyContext {
-            secrets: &secrets,
-            now,
-            tolerance: 300,
-        };
+        let ctx = testing::context(&secrets, now);
         Slack
             .verify(&request(Some(sig), &TS.to_string(), BODY), &ctx)
             .map(drop)
@@ -131,11 +130,7 @@ mod tests {
             Err(Rejection::MalformedSignature)
         );
         let secrets = Secrets::split(SECRET);
-        let ctx = VerifyContext {
-            secrets: &secrets,
-            now: TS,
-            tolerance: 300,
-        };
+        let ctx = testing::context(&secrets, TS);
         assert_eq!(
             Slack.verify(&request(None, &TS.to_string(), BODY), &ctx),
             Err(Rejection::MissingSignature)

@@ -165,6 +165,7 @@ impl Provider for StandardWebhooks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::testing;
     use crate::signature::{base64_encode, Secrets};
 
     // The Standard Webhooks / Svix reference vector (the libraries'
@@ -182,12 +183,12 @@ mod tests {
     const SIG_V1A: &str = "v1a,yoUrgEkc12aGqm0n4Sydmdz55xJfTz4AsAgieHFjmkR7LJtqVCZOQYzvvHjI5kAey+r4iaBGxTFRrl2iBQxtDQ==";
 
     fn request(provider: &StandardWebhooks, sig: Option<&str>, ts: &str, body: &str) -> RawRequest {
-        let mut headers = vec![
-            (provider.id_header.to_string(), ID.to_string()),
-            (provider.timestamp_header.to_string(), ts.to_string()),
+        let headers = [
+            (provider.id_header, Some(ID)),
+            (provider.timestamp_header, Some(ts)),
+            (provider.signature_header, sig),
         ];
-        headers.extend(sig.map(|s| (provider.signature_header.to_string(), s.to_string())));
-        RawRequest::new("https://example.com/", headers, body.as_bytes().to_vec())
+        testing::request(&headers, body)
     }
 
     fn verify_with(
@@ -197,11 +198,7 @@ mod tests {
         now: u64,
     ) -> Result<(), Rejection> {
         let secrets = Secrets::split(secrets);
-        let ctx = VerifyContext {
-            secrets: &secrets,
-            now,
-            tolerance: 300,
-        };
+        let ctx = testing::context(&secrets, now);
         provider
             .verify(&request(provider, Some(sig), &TS.to_string(), BODY), &ctx)
             .map(drop)
@@ -230,11 +227,7 @@ mod tests {
             Err(Rejection::BadSignature)
         );
         let secrets = Secrets::split(PUBLIC);
-        let ctx = VerifyContext {
-            secrets: &secrets,
-            now: TS,
-            tolerance: 300,
-        };
+        let ctx = testing::context(&secrets, TS);
         let tampered = request(&provider, Some(SIG_V1A), &TS.to_string(), r#"{"test": 1}"#);
         assert_eq!(
             provider.verify(&tampered, &ctx),
@@ -278,11 +271,7 @@ mod tests {
     fn missing_garbled_and_wrong_version_headers() {
         let provider = StandardWebhooks::standard();
         let secrets = Secrets::split(SECRET);
-        let ctx = VerifyContext {
-            secrets: &secrets,
-            now: TS,
-            tolerance: 300,
-        };
+        let ctx = testing::context(&secrets, TS);
         let ts = TS.to_string();
         assert_eq!(
             provider.verify(&request(&provider, None, &ts, BODY), &ctx),

@@ -90,6 +90,7 @@ impl Provider for Stripe {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::testing;
     use crate::signature::Secrets;
 
     const BODY: &str =
@@ -101,17 +102,12 @@ mod tests {
     const SIG_OLD: &str = "469c8cb0227fb569f75a27c448bcc21fb280cbaa5d0986b83ebc741a7123e82b";
 
     fn request(signature: Option<&str>, body: &str) -> RawRequest {
-        let headers = signature.map(|s| ("Stripe-Signature".to_string(), s.to_string()));
-        RawRequest::new("https://example.com/", headers, body.as_bytes().to_vec())
+        testing::request(&[("Stripe-Signature", signature)], body)
     }
 
     fn verify_at(signature: &str, secrets: &str, now: u64) -> Result<(), Rejection> {
         let secrets = Secrets::split(secrets);
-        let ctx = VerifyContext {
-            secrets: &secrets,
-            now,
-            tolerance: 300,
-        };
+        let ctx = testing::context(&secrets, now);
         Stripe
             .verify(&request(Some(signature), BODY), &ctx)
             .map(drop)
@@ -141,11 +137,7 @@ mod tests {
     #[test]
     fn rejects_a_tampered_body() {
         let secrets = Secrets::split("whsec_test_secret");
-        let ctx = VerifyContext {
-            secrets: &secrets,
-            now: T,
-            tolerance: 300,
-        };
+        let ctx = testing::context(&secrets, T);
         let tampered = BODY.replace("evt_test_1", "evt_test_2");
         let req = request(Some(&format!("t={T},v1={SIG_TEST}")), &tampered);
         assert_eq!(Stripe.verify(&req, &ctx), Err(Rejection::BadSignature));
@@ -199,11 +191,7 @@ mod tests {
     #[test]
     fn rejects_missing_and_empty_headers() {
         let secrets = Secrets::split("whsec_test_secret");
-        let ctx = VerifyContext {
-            secrets: &secrets,
-            now: T,
-            tolerance: 300,
-        };
+        let ctx = testing::context(&secrets, T);
         assert_eq!(
             Stripe.verify(&request(None, BODY), &ctx),
             Err(Rejection::MissingSignature)

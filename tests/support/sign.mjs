@@ -2,13 +2,38 @@
 // implementation independent of the worker's Rust code.
 import { createHmac } from "node:crypto";
 
-const hmacHex = (secret, content) => createHmac("sha256", secret).update(content).digest("hex");
+const hmac = (algorithm, key, content, encoding) => createHmac(algorithm, key).update(content).digest(encoding);
+const byName = ([a], [b]) => (a < b ? -1 : a > b ? 1 : 0);
+
+/** Unix seconds now. */
+export const now = () => Math.floor(Date.now() / 1000);
+
+/**
+ * The one table of signature schemes: each returns the value of the
+ * provider's signature header. Every test, the fuzzer and the benchmark
+ * sign through it.
+ */
+export const SIGNATURES = {
+  stripe: (secret, t, body) => `t=${t},v1=${hmac("sha256", secret, `${t}.${body}`, "hex")}`,
+  github: (secret, body) => `sha256=${hmac("sha256", secret, body, "hex")}`,
+  /** Standard Webhooks and Svix: `key` is the secret's decoded bytes. */
+  standardWebhooks: (key, id, ts, body) => `v1,${hmac("sha256", key, `${id}.${ts}.${body}`, "base64")}`,
+  shopify: (secret, body) => hmac("sha256", secret, body, "base64"),
+  slack: (secret, ts, body) => `v0=${hmac("sha256", secret, `v0:${ts}:${body}`, "hex")}`,
+  linear: (secret, body) => hmac("sha256", secret, body, "hex"),
+  paddle: (secret, ts, body) => `ts=${ts};h1=${hmac("sha256", secret, `${ts}:${body}`, "hex")}`,
+  /** The URL Twilio called, then the form's `[name, value]` pairs sorted by name. */
+  twilio: (token, url, pairs = []) =>
+    hmac("sha1", token, url + [...pairs].sort(byName).map(([n, v]) => n + v).join(""), "base64"),
+  /** The generic `hmac` provider as configured for `acme` in the tests. */
+  acme: (secret, ts, body) => `sha256=${hmac("sha256", secret, `${ts}.${body}`, "hex")}`,
+};
 
 /** Headers for a Stripe delivery of `body`, signed at `t` (unix seconds). */
-export function stripeHeaders(body, secret, t = Math.floor(Date.now() / 1000)) {
+export function stripeHeaders(body, secret, t = now()) {
   return {
     "content-type": "application/json",
-    "stripe-signature": `t=${t},v1=${hmacHex(secret, `${t}.${body}`)}`,
+    "stripe-signature": SIGNATURES.stripe(secret, t, body),
   };
 }
 
@@ -18,7 +43,7 @@ export function githubHeaders(body, secret, { delivery, event }) {
     "content-type": "application/json",
     "x-github-delivery": delivery,
     "x-github-event": event,
-    "x-hub-signature-256": `sha256=${hmacHex(secret, body)}`,
+    "x-hub-signature-256": SIGNATURES.github(secret, body),
   };
 }
 

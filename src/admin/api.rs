@@ -1,0 +1,132 @@
+//! The admin API, `/admin/api/…`, behind `Authorization: Bearer <ADMIN_TOKEN>`.
+//!
+//! - `GET  /admin/api/events?status=processed|failed&source=&type=&limit=`
+//! - `GET  /admin/api/events/{source}/{id}`: ledger row, failure, outbox
+//!   rows, and the inbox's state with its deliveries
+//! - `POST /admin/api/events/{source}/{id}/replay`: the effect path again; a
+//!   no-op (`"outcome":"duplicate"`) when the ledger says it is done
+//! - `POST /admin/api/events/{source}/{id}/dismiss`: a failed event will not
+//!   be applied; it leaves the failed list and is forgotten at retention
+//! - `GET  /admin/api/outbox?status=dead|pending|sending|sent&limit=`
+//! - `POST /admin/api/outbox/{key}/requeue`: a dead row made due and sent
+//! - `GET  /admin/api/stats`: per source, the delivery counters (`stats`)
+//!   and exact counts from the ledger, `failed_events` and `outbox`
+
+use serde::Serialize;
+use worker::{Env, Headers, Method, Request, Response, Result};
+
+use super::queries::{self, EventFilter, Listing};
+use super::{admin_token, bearer_ok, decode, Query};
+use crate::d1::{self, Json};
+use crate::inbox::client::{self, ActionResult, Answer};
+use crate::inbox::state::Outcome;
+use crate::outbox::OutboxStatus;
+
+/// `path` is what follows `/admin/api/`.
+pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
+    let Some(token) = admin_token(env) else {
+        return Response::error("not found", 404);
+    };
+    if !bearer_ok(&req, &token) {
+        let headers = Headers::new();
+        headers.set("www-authenticate", "Bearer")?;
+        return Ok(Response::error("unauthorized", 401)?.with_headers(headers));
+    }
+    let segments: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(decode)
+        .collect();
+    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let query = Query::of(&req);
+    match (req.method(), segments.as_slice()) {
+        (Method::Get, ["events"]) => list_events(env, &query).await,
+        (Method::Get, ["events", source, id]) => {
+            Response::from_json(&queries::event(env, source, id).await?)
+        }
+        (Method::Post, ["events", source, id, "replay"]) => replay(env, source, id).await,
+        (Method::Post, ["events", source, id, "dismiss"]) => dismiss(env, source, id).await,
+        (Method::Get, ["outbox"]) => list_outbox(env, &query).await,
+        (Method::Post, ["outbox", key, "requeue"]) => requeue(env, key).await,
+        (Method::Get, ["stats"]) => {
+            #[derive(Serialize)]
+            struct Answer {
+                stats: Json<queries::Stats>,
+            }
+            let stats = queries::stats(env).await?;
+            Response::from_json(&Answer { stats })
+        }
+        _ => Response::error("not found", 404),
+    }
+}
+
+async fn list_events(env: &Env, query: &Query) -> Result<Response> {
+    let Some(listing) = d1::from_stored::<Listing>(query.get("status").unwrap_or("processed"))
+    else {
+        return Response::error("status must be processed or failed", 400);
+    };
+    let filter = EventFilter {
+        source: query.get("source"),
+        kind: query.get("type"),
+    };
+    #[derive(Serialize)]
+    struct Answer {
+        events: Json<Vec<queries::ListedEvent>>,
+    }
+    let events = queries::events(env, listing, &filter, query.limit()).await?;
+    Response::from_json(&Answer { events })
+}
+
+async fn list_outbox(env: &Env, query: &Query) -> Result<Response> {
+    let Some(status) = d1::from_stored::<OutboxStatus>(query.get("status").unwrap_or("dead"))
+    else {
+        return Response::error("status must be dead, pending, sending or sent", 400);
+    };
+    #[derive(Serialize)]
+    struct Answer {
+        outbox: Json<Vec<queries::OutboxRow>>,
+    }
+    let outbox = queries::outbox_rows(env, status, query.limit()).await?;
+    Response::from_json(&Answer { outbox })
+}
+
+async fn replay(env: &Env, source: &str, id: &str) -> Result<Response> {
+    let answer = match client::replay(env, source, id).await? {
+        ActionResult::Done(answer) => answer,
+        _ => {
+            return Response::error(
+                "the inbox holds no such event (never received, or past retention)",
+                404,
+            )
+        }
+    };
+    #[derive(Serialize)]
+    struct Replayed {
+        #[serde(flatten)]
+        answer: Answer,
+        noop: bool,
+    }
+    let noop = answer.outcome == Outcome::Duplicate;
+    Response::from_json(&Replayed { answer, noop })
+}
+
+/// An operator's decision not to apply a failed event.
+async fn dismiss(env: &Env, source: &str, id: &str) -> Result<Response> {
+    match client::dismiss(env, source, id).await {
+        Ok(ActionResult::Done(answer)) => Response::from_json(&answer),
+        Ok(ActionResult::NoEvent) => Response::error("the inbox holds no such event", 404),
+        Ok(ActionResult::NotFailed) => Response::error("only a failed event can be dismissed", 409),
+        Err(_) => Response::error("the dismissal was not recorded; try again", 500),
+    }
+}
+
+async fn requeue(env: &Env, key: &str) -> Result<Response> {
+    if !queries::requeue(env, key).await? {
+        return Response::error("no dead outbox row with that key", 404);
+    }
+    #[derive(Serialize)]
+    struct Requeued {
+        requeued: bool,
+    }
+    Response::from_json(&Requeued { requeued: true })
+}

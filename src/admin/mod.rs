@@ -1,0 +1,171 @@
+//! The operators' surface, behind `ADMIN_TOKEN`: the JSON [`api`] at
+//! `/admin/api/…` (a bearer token) and the [`dashboard`] at `/admin` (a
+//! session cookie). With no `ADMIN_TOKEN` configured neither exists (404):
+//! never open.
+//!
+//! - [`queries`]: what both read from D1 and the inboxes, as typed rows;
+//! - [`html`]: the dashboard's page, tables and escaping.
+//!
+//! To add an endpoint: a query in `queries.rs` if it reads something new,
+//! and an arm in `api::handle` (or `dashboard::handle`).
+
+pub mod api;
+pub mod dashboard;
+pub mod html;
+pub mod pages;
+pub mod queries;
+
+use worker::{js_sys, Env, Request, Response, Result};
+
+use crate::config;
+use crate::log::{self, Line};
+use crate::signature::Tag;
+
+/// Sets the headers every admin response carries, API and dashboard alike,
+/// errors included: no framing (clickjacking), no scripts, styles only
+/// inline, forms only to this origin, no referrer to other sites, no
+/// content sniffing.
+pub fn harden(response: Result<Response>) -> Result<Response> {
+    let mut response = response.or_else(|e| {
+        log::error(&Line::new("admin_error").error(e));
+        Response::error("internal error", 500)
+    })?;
+    let headers = response.headers_mut();
+    headers.set(
+        "content-security-policy",
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
+         frame-ancestors 'none'; base-uri 'none'",
+    )?;
+    headers.set("x-content-type-options", "nosniff")?;
+    // Not `no-referrer`: with it, browsers send `Origin: null` on the
+    // dashboard's own form posts, which the same-origin check must refuse.
+    headers.set("referrer-policy", "same-origin")?;
+    Ok(response)
+}
+
+/// The admin token; `None` (no admin surface at all) when unset.
+pub fn admin_token(env: &Env) -> Option<String> {
+    config::optional(env, "ADMIN_TOKEN")
+}
+
+/// Whether `presented` is the token. Compares digests, not the strings:
+/// constant time whatever the lengths.
+pub fn token_matches(token: &str, presented: &str) -> bool {
+    let expected = Tag::sha256(b"admin-token", &[token.as_bytes()]);
+    let given = Tag::sha256(b"admin-token", &[presented.as_bytes()]);
+    expected.matches(&given.bytes())
+}
+
+/// Whether the request carries `Authorization: Bearer <token>`.
+pub fn bearer_ok(req: &Request, token: &str) -> bool {
+    req.headers()
+        .get("authorization")
+        .ok()
+        .flatten()
+        .and_then(|value| {
+            value
+                .strip_prefix("Bearer ")
+                .map(|p| token_matches(token, p))
+        })
+        .unwrap_or(false)
+}
+
+/// What the session cookie holds: when it was issued (ms), and an HMAC of
+/// that time under the token. The cookie is not the token, changes when the
+/// token does, and cannot be made to look younger than it is.
+pub fn session_value(token: &str, issued_at: i64) -> String {
+    let issued = issued_at.to_string();
+    let mac = Tag::sha256(
+        token.as_bytes(),
+        &[b"dashboard-session\n", issued.as_bytes()],
+    );
+    format!("{issued}.{}", mac.to_hex())
+}
+
+/// Whether `value` is a cookie made by [`session_value`] under this token,
+/// issued within `ttl_ms` of `now` and not in the future.
+pub fn session_valid(value: &str, token: &str, now: i64, ttl_ms: i64) -> bool {
+    let issued_at = value
+        .split_once('.')
+        .and_then(|(issued, _)| issued.parse::<i64>().ok());
+    issued_at.is_some_and(|issued| {
+        let fresh = issued <= now + 60_000 && now - issued < ttl_ms;
+        fresh && token_matches(&session_value(token, issued), value)
+    })
+}
+
+/// A path segment, percent-decoded (an event id may hold any character).
+pub fn decode(segment: &str) -> String {
+    js_sys::decode_uri_component(segment)
+        .ok()
+        .and_then(|s| s.as_string())
+        .unwrap_or_else(|| segment.to_string())
+}
+
+/// A path segment, percent-encoded for a link or a form's action.
+pub fn encode(segment: &str) -> String {
+    js_sys::encode_uri_component(segment).into()
+}
+
+/// The query string's parameters, decoded with `form_urlencoded`. (Not
+/// through `Request::url`: parsing a `Url` brings IDNA's tables, about
+/// 90 KB of gzipped wasm.)
+pub struct Query(Vec<(String, String)>);
+
+impl Query {
+    pub fn of(req: &Request) -> Self {
+        let url = req.inner().url();
+        let query = url.split_once('?').map_or("", |(_, q)| q);
+        let query = query.split('#').next().unwrap_or_default();
+        Query(
+            form_urlencoded::parse(query.as_bytes())
+                .into_owned()
+                .collect(),
+        )
+    }
+
+    /// A parameter's value; an empty one counts as absent.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// `limit`: 50 by default, 1 to 500.
+    pub fn limit(&self) -> u32 {
+        self.get("limit")
+            .and_then(|l| l.parse::<u32>().ok())
+            .unwrap_or(50)
+            .clamp(1, 500)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_is_valid_under_its_token_within_its_lifetime() {
+        let cookie = session_value("token", 1_000_000);
+        assert!(session_valid(&cookie, "token", 1_000_000, 60_000));
+        assert!(session_valid(&cookie, "token", 1_059_999, 60_000));
+        assert!(
+            !session_valid(&cookie, "token", 1_060_000, 60_000),
+            "expired"
+        );
+        assert!(
+            !session_valid(&cookie, "other", 1_000_000, 60_000),
+            "another token"
+        );
+        let future = session_value("token", 2_000_000);
+        assert!(
+            !session_valid(&future, "token", 1_000_000, 60_000),
+            "from the future"
+        );
+        let forged = cookie.replacen("1000000", "1000001", 1);
+        assert!(!session_valid(&forged, "token", 1_000_000, 60_000));
+        assert!(!session_valid("garbage", "token", 1_000_000, 60_000));
+    }
+}

@@ -1,0 +1,269 @@
+//! The dashboard's pages: the overview (counters, recent and failed events,
+//! dead side effects) and one page per event (its deliveries, effect and
+//! side effects, and the actions on a failed one).
+
+use worker::{Env, Response, Result};
+
+use super::encode;
+use super::html::{self, bad, code, escape, num, page, table, td, time};
+use super::queries::{self, EventFilter, Listing};
+use crate::d1;
+use crate::inbox::state::EventState;
+use crate::outbox::OutboxStatus;
+
+/// The sign-out button on every signed-in page.
+const LOGOUT: &str = r#"<form class="logout" method="post" action="/admin/logout"><button type="submit">Sign out</button></form>"#;
+
+/// `/admin/events/{source}/{id}`, encoded.
+fn event_path(source: &str, id: &str) -> String {
+    format!("/admin/events/{}/{}", encode(source), encode(id))
+}
+
+fn event_link(source: &str, id: &str) -> String {
+    td(format!(
+        r#"<a href="{}"><code>{}</code></a>"#,
+        escape(&event_path(source, id)),
+        escape(id)
+    ))
+}
+
+/// Listed events as table rows: when, source, event, type, and how it
+/// stands (processed, or the failure's error).
+fn event_rows(events: &[queries::ListedEvent]) -> Vec<Vec<String>> {
+    events
+        .iter()
+        .map(|e| {
+            let (at, status) = match e.status {
+                Listing::Processed => (
+                    e.processed_at,
+                    td(r#"<span class="ok">processed</span>"#.into()),
+                ),
+                Listing::Failed => (e.failed_at, bad(e.last_error.as_deref())),
+            };
+            vec![
+                td(time(at)),
+                code(&e.source),
+                event_link(&e.source, &e.event_id),
+                td(escape(&e.kind)),
+                status,
+            ]
+        })
+        .collect()
+}
+
+pub async fn overview(env: &Env) -> Result<Response> {
+    let stats = queries::stats(env).await?.decode()?;
+    let all = EventFilter::default();
+    let processed = queries::events(env, Listing::Processed, &all, 25)
+        .await?
+        .decode()?;
+    let failed = queries::events(env, Listing::Failed, &all, 25)
+        .await?
+        .decode()?;
+    let dead = queries::outbox_rows(env, OutboxStatus::Dead, 25)
+        .await?
+        .decode()?;
+
+    // One row per source that appears anywhere.
+    let mut sources: Vec<&str> = (stats.counters.iter().map(|c| c.source.as_str()))
+        .chain(stats.processed.iter().map(|c| c.source.as_str()))
+        .chain(stats.failed.iter().map(|c| c.source.as_str()))
+        .chain(stats.outbox.iter().map(|c| c.source.as_str()))
+        .collect();
+    sources.sort_unstable();
+    sources.dedup();
+    let counter = |source: &str, wanted: &dyn Fn(&str) -> bool| -> i64 {
+        let values = stats.counters.iter().filter(|c| c.source == source);
+        values
+            .filter(|c| wanted(&c.counter))
+            .map(|c| c.value as i64)
+            .sum()
+    };
+    let events = |counts: &[queries::SourceCount], source: &str| -> i64 {
+        counts
+            .iter()
+            .filter(|c| c.source == source)
+            .map(|c| c.events as i64)
+            .sum()
+    };
+    let rows = |source: &str, status: OutboxStatus| -> i64 {
+        let counts = stats.outbox.iter().filter(|c| c.source == source);
+        counts
+            .filter(|c| c.status == status)
+            .map(|c| c.rows as i64)
+            .sum()
+    };
+    let counters: Vec<Vec<String>> = sources
+        .iter()
+        .map(|&s| {
+            vec![
+                code(s),
+                num(counter(s, &|c| c == "received")),
+                num(counter(s, &|c| c == "processed")),
+                num(counter(s, &|c| c == "duplicate")),
+                num(counter(s, &|c| c.starts_with("rejected:"))),
+                num(events(&stats.processed, s)),
+                num(events(&stats.failed, s)),
+                num(rows(s, OutboxStatus::Sent)),
+                num(rows(s, OutboxStatus::Dead)),
+            ]
+        })
+        .collect();
+    let recent = event_rows(&processed);
+    let failures = event_rows(&failed);
+    let dead_rows: Vec<Vec<String>> = dead
+        .iter()
+        .map(|r| {
+            let source = r.source.as_deref().unwrap_or_default();
+            vec![
+                td(time(Some(r.updated_at))),
+                event_link(source, r.event_id.as_deref().unwrap_or_default()),
+                td(escape(&r.action)),
+                num(r.attempts),
+                bad(r.last_error.as_deref()),
+            ]
+        })
+        .collect();
+    let body = format!(
+        r#"{LOGOUT}<p class="muted">Counters: deliveries counted by the worker, flushed every few seconds. Events, failures and side effects: counted in D1.</p>
+<h2>Sources</h2>{}
+<h2>Recent events</h2>{}
+<h2>Failed events</h2>{}
+<h2>Dead side effects</h2>{}"#,
+        table(
+            &[
+                "source",
+                "received",
+                "processed",
+                "duplicates",
+                "rejected",
+                "events in ledger",
+                "failed",
+                "side effects sent",
+                "dead"
+            ],
+            &counters
+        ),
+        table(
+            &["processed at", "source", "event", "type", "status"],
+            &recent
+        ),
+        table(
+            &["failed at", "source", "event", "type", "last error"],
+            &failures
+        ),
+        table(
+            &["updated", "event", "action", "attempts", "last error"],
+            &dead_rows
+        ),
+    );
+    page(200, "Webhooks", &body)
+}
+
+pub async fn event(env: &Env, source: &str, id: &str, notice: Option<&str>) -> Result<Response> {
+    let event = queries::event(env, source, id).await?;
+    let inbox = event.inbox.map(|state| state.decode()).transpose()?;
+    let records = event.records.decode()?;
+    let notice = notice.map_or(String::new(), |n| {
+        format!(r#"<p class="notice"><strong>{}</strong></p>"#, escape(n))
+    });
+    let inbox = inbox.as_ref();
+    // A failed event waits for an operator: one more attempt, or a decision
+    // not to apply it.
+    let actions = if inbox.is_some_and(|i| i.state == EventState::Failed) {
+        format!(
+            r#"<form class="actions" method="post" action="{0}/replay"><button type="submit">Replay</button></form>
+<form class="actions" method="post" action="{0}/dismiss"><button type="submit">Dismiss</button></form>"#,
+            escape(&event_path(source, id))
+        )
+    } else {
+        String::new()
+    };
+    let inbox_html = match inbox {
+        None => r#"<p class="muted">The inbox holds nothing for this event (never received, or past retention).</p>"#.into(),
+        Some(inbox) => table(
+            &[
+                "state",
+                "deliveries",
+                "effect attempts",
+                "received",
+                "done",
+                "last error",
+            ],
+            &[vec![
+                td(escape(inbox.state.as_str())),
+                num(inbox.deliveries),
+                num(inbox.effect_attempts),
+                td(time(Some(inbox.received_at))),
+                td(time(inbox.done_at)),
+                td(html::text(inbox.last_error.as_deref())),
+            ]],
+        ),
+    };
+    let deliveries: Vec<Vec<String>> = inbox
+        .map_or(&[][..], |i| &i.delivery_log)
+        .iter()
+        .map(|d| {
+            vec![
+                td(time(Some(d.at))),
+                td(escape(&d1::stored_name(&d.kind))),
+                num(d.bytes),
+                code(&d.sha256),
+            ]
+        })
+        .collect();
+    let deliveries_html = table(
+        &["arrived", "delivery", "bytes", "payload SHA-256"],
+        &deliveries,
+    );
+    let dismissed_at = records.failure.as_ref().and_then(|f| f.dismissed_at);
+    let ledger_html = match (&records.ledger, dismissed_at) {
+        (None, _) => r#"<p class="muted">No ledger row: the effect has not committed.</p>"#.into(),
+        (Some(_), Some(at)) => format!(
+            r#"<p class="muted">Dismissed by an operator at {}: no effect was applied, and the ledger row keeps any later copy from applying it.</p>"#,
+            time(Some(at))
+        ),
+        (Some(ledger), None) => table(
+            &["type", "received", "processed"],
+            &[vec![
+                td(escape(&ledger.kind)),
+                td(time(Some(ledger.received_at))),
+                td(time(Some(ledger.processed_at))),
+            ]],
+        ),
+    };
+    let outbox: Vec<Vec<String>> = records
+        .outbox
+        .iter()
+        .map(|r| {
+            vec![
+                td(escape(&r.action)),
+                td(escape(&d1::stored_name(&r.status))),
+                num(r.attempts),
+                code(&r.idempotency_key),
+                td(html::text(r.note.as_deref())),
+                td(html::text(r.last_error.as_deref())),
+            ]
+        })
+        .collect();
+    let body = format!(
+        r#"{LOGOUT}<p><a href="/admin">← all events</a> · <code>{}</code></p>{notice}{actions}
+<h2>Deliveries</h2>{inbox_html}
+<p class="muted">Every delivery below passed signature verification: nothing else reaches the inbox.</p>{deliveries_html}
+<h2>Effect</h2>{ledger_html}
+<h2>Side effects</h2>{}"#,
+        escape(&format!("{source}:{id}")),
+        table(
+            &[
+                "action",
+                "status",
+                "attempts",
+                "idempotency key",
+                "note",
+                "last error"
+            ],
+            &outbox
+        ),
+    );
+    page(200, &format!("Event {}", escape(id)), &body)
+}

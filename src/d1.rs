@@ -1,0 +1,189 @@
+//! D1, one way for everything: effects, failed events, counters, the outbox
+//! and the admin queries.
+//!
+//! A [`Statement`] is SQL with its parameters as plain Rust values, so that
+//! an effect's plan is data, built and tested on the host; only [`Db`]
+//! binds and runs it. Rows come back as JSON text that SQLite builds
+//! (`json_object(…)`, or `json_group_array(…)` for a list) in one column
+//! named `json`, decoded with serde_json into a typed struct: one decoder
+//! in the wasm, and a list is one value, not a JS array of objects.
+
+use std::marker::PhantomData;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use worker::wasm_bindgen::JsValue;
+use worker::{D1Database, D1PreparedStatement, Env, Result};
+
+use crate::config::DB_BINDING;
+
+/// A bound SQL parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Text(String),
+    Int(i64),
+    /// A number compared back exactly as it was read (an outbox lease).
+    Real(f64),
+    Null,
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        Value::Text(s.to_string())
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Self {
+        Value::Text(s)
+    }
+}
+
+impl From<i64> for Value {
+    fn from(n: i64) -> Self {
+        Value::Int(n)
+    }
+}
+
+impl From<f64> for Value {
+    fn from(n: f64) -> Self {
+        Value::Real(n)
+    }
+}
+
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(v: Option<T>) -> Self {
+        v.map_or(Value::Null, Into::into)
+    }
+}
+
+impl Value {
+    fn to_js(&self) -> JsValue {
+        match self {
+            Value::Text(s) => JsValue::from_str(s),
+            // D1 binds JS numbers; amounts and millisecond times fit in 2^53.
+            Value::Int(n) => JsValue::from_f64(*n as f64),
+            Value::Real(n) => JsValue::from_f64(*n),
+            Value::Null => JsValue::NULL,
+        }
+    }
+}
+
+/// One SQL statement and its parameters (`?1`, `?2`, … in order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Statement {
+    pub sql: &'static str,
+    pub params: Vec<Value>,
+}
+
+impl Statement {
+    pub fn new(sql: &'static str, params: Vec<Value>) -> Self {
+        Statement { sql, params }
+    }
+}
+
+/// The D1 database of the ledger, the business tables and the outbox.
+pub struct Db(D1Database);
+
+impl Db {
+    pub fn from_env(env: &Env) -> Result<Db> {
+        Ok(Db(env.d1(DB_BINDING)?))
+    }
+
+    fn prepare(&self, statement: &Statement) -> Result<D1PreparedStatement> {
+        let params: Vec<JsValue> = statement.params.iter().map(Value::to_js).collect();
+        self.0.prepare(statement.sql).bind(&params)
+    }
+
+    /// Runs the statements as one transaction: all commit, or none.
+    pub async fn batch(&self, statements: &[Statement]) -> Result<()> {
+        let prepared = statements
+            .iter()
+            .map(|s| self.prepare(s))
+            .collect::<Result<Vec<_>>>()?;
+        self.0.batch(prepared).await.map(drop)
+    }
+
+    /// Runs one statement and returns how many rows it changed: how a
+    /// conditional write learns whether its condition held.
+    pub async fn run(&self, statement: &Statement) -> Result<usize> {
+        Ok(self
+            .prepare(statement)?
+            .run()
+            .await?
+            .meta()?
+            .and_then(|meta| meta.changes)
+            .unwrap_or(0))
+    }
+
+    /// The first row's `json` column, decoded: `None` when the statement
+    /// returns no row.
+    pub async fn row<T: DeserializeOwned>(&self, statement: &Statement) -> Result<Option<T>> {
+        match self.json::<T>(statement).await? {
+            Some(json) => json.decode().map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The first row's `json` column as it is, to pass on or decode.
+    pub async fn json<T>(&self, statement: &Statement) -> Result<Option<Json<T>>> {
+        match self.text(statement, "json").await? {
+            Some(text) => Ok(Some(Json::new(text)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The first row's text column `column`.
+    pub async fn text(&self, statement: &Statement, column: &str) -> Result<Option<String>> {
+        self.prepare(statement)?.first::<String>(Some(column)).await
+    }
+
+    /// The one text column of every row (a `RETURNING key`).
+    pub async fn texts(&self, statement: &Statement) -> Result<Vec<String>> {
+        let rows = self.prepare(statement)?.raw::<String>().await?;
+        Ok(rows.into_iter().flatten().collect())
+    }
+}
+
+/// JSON text standing for a `T`, as SQLite (or an inbox) built it: passed
+/// on as is where it is only forwarded (the admin API), decoded where it is
+/// read (the dashboard). Serializes as the text itself.
+#[derive(Serialize)]
+#[serde(transparent, bound = "")]
+pub struct Json<T> {
+    raw: Box<RawValue>,
+    #[serde(skip)]
+    of: PhantomData<T>,
+}
+
+impl<T> Json<T> {
+    /// Checks the text is JSON (not that it is a `T`).
+    pub fn new(text: String) -> Result<Self> {
+        Ok(Json {
+            raw: RawValue::from_string(text)?,
+            of: PhantomData,
+        })
+    }
+}
+
+impl<T: DeserializeOwned> Json<T> {
+    pub fn decode(&self) -> Result<T> {
+        Ok(serde_json::from_str(self.raw.get())?)
+    }
+}
+
+/// The name an enum (a state, a status, an action) is stored under: its
+/// serde name. (Through JSON text, not `serde_json::Value`, whose
+/// serializer would add its own code to the wasm.)
+pub fn stored_name<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value)
+        .and_then(|json| serde_json::from_str(&json))
+        .unwrap_or_default()
+}
+
+/// The enum a stored name stands for; `None` for a name it does not have.
+pub fn from_stored<T: DeserializeOwned>(name: &str) -> Option<T> {
+    let json = serde_json::to_string(name).ok()?;
+    serde_json::from_str(&json).ok()
+}

@@ -1,0 +1,142 @@
+//! Faults the end-to-end tests inject to prove recovery: the
+//! `x-test-fault` header names one, and it travels typed — to the inbox, in
+//! its storage, to the queue consumer — in the same text form. Honoured only
+//! when the worker runs with `TEST_FAULTS = "enabled"`; every deployment
+//! ignores the header.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Fault {
+    /// The first effect attempt fails before touching D1 (a crash between
+    /// claim and effect).
+    FailBeforeEffect,
+    /// Every effect attempt fails before touching D1 (D1 down for good):
+    /// the retry budget runs out.
+    EffectAlwaysFails,
+    /// Every D1 write of this inbox — effect and failure report — fails
+    /// until this time (ms since the epoch): an outage that outlasts the
+    /// retry budget, then ends.
+    D1DownUntil(i64),
+    /// The first effect attempt commits in D1, then fails before the inbox
+    /// marks it done (a lost reply from D1).
+    FailAfterEffect,
+    /// The effect commits, then sending its outbox keys to the queue fails;
+    /// the cron relay must send them.
+    FailEnqueue,
+    /// Passed on to the queue consumer: it performs a side effect, then
+    /// "crashes" before marking it sent.
+    CrashAfterCall,
+    /// Passed on to the queue consumer: its first run pauses this long (ms)
+    /// after the call, before recording the result — past its lease, so
+    /// another run may take the row over meanwhile.
+    PauseBeforeComplete(i64),
+    /// The claim fails: nothing is stored.
+    FailClaim,
+    /// The event is stored and its alarm armed, then the inbox's answer is
+    /// lost (it errors before attempting the effect).
+    LoseReply,
+}
+
+impl Fault {
+    /// Parses the header's form (`d1-down-until:<ms>` carries its time).
+    pub fn parse(name: &str) -> Option<Fault> {
+        if let Some(until) = name.strip_prefix("d1-down-until:") {
+            return until.parse().ok().map(Fault::D1DownUntil);
+        }
+        if let Some(ms) = name.strip_prefix("pause-before-complete:") {
+            return ms.parse().ok().map(Fault::PauseBeforeComplete);
+        }
+        Some(match name {
+            "fail-before-effect" => Fault::FailBeforeEffect,
+            "effect-always-fails" => Fault::EffectAlwaysFails,
+            "fail-after-effect" => Fault::FailAfterEffect,
+            "fail-enqueue" => Fault::FailEnqueue,
+            "crash-after-call" => Fault::CrashAfterCall,
+            "fail-claim" => Fault::FailClaim,
+            "lose-reply" => Fault::LoseReply,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            Fault::FailBeforeEffect => "fail-before-effect".into(),
+            Fault::EffectAlwaysFails => "effect-always-fails".into(),
+            Fault::D1DownUntil(until) => format!("d1-down-until:{until}"),
+            Fault::FailAfterEffect => "fail-after-effect".into(),
+            Fault::FailEnqueue => "fail-enqueue".into(),
+            Fault::CrashAfterCall => "crash-after-call".into(),
+            Fault::PauseBeforeComplete(ms) => format!("pause-before-complete:{ms}"),
+            Fault::FailClaim => "fail-claim".into(),
+            Fault::LoseReply => "lose-reply".into(),
+        }
+    }
+
+    /// The fault the queue consumer acts on, passed on with the keys.
+    pub fn for_outbox(self) -> Option<Fault> {
+        matches!(self, Fault::CrashAfterCall | Fault::PauseBeforeComplete(_)).then_some(self)
+    }
+
+    /// Whether the fault hits an attempt after `attempts` earlier ones: all
+    /// of them for the lasting faults, only the first for the others.
+    pub fn applies(self, attempts: i64) -> bool {
+        matches!(self, Fault::EffectAlwaysFails | Fault::D1DownUntil(_)) || attempts == 0
+    }
+
+    /// Whether an injected D1 outage is going on at `now` (ms).
+    pub fn d1_down(fault: Option<Fault>, now: i64) -> bool {
+        matches!(fault, Some(Fault::D1DownUntil(until)) if now < until)
+    }
+}
+
+impl TryFrom<String> for Fault {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, Self::Error> {
+        Fault::parse(&name).ok_or_else(|| format!("unknown fault '{name}'"))
+    }
+}
+
+impl From<Fault> for String {
+    fn from(fault: Fault) -> Self {
+        fault.name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fault_travels_as_its_header_name() {
+        for fault in [
+            Fault::FailBeforeEffect,
+            Fault::EffectAlwaysFails,
+            Fault::D1DownUntil(1_700_000_000_000),
+            Fault::FailAfterEffect,
+            Fault::FailEnqueue,
+            Fault::CrashAfterCall,
+            Fault::PauseBeforeComplete(2_500),
+            Fault::FailClaim,
+            Fault::LoseReply,
+        ] {
+            let json = serde_json::to_string(&fault).unwrap();
+            assert_eq!(json, format!("\"{}\"", fault.name()));
+            assert_eq!(serde_json::from_str::<Fault>(&json).unwrap(), fault);
+            assert_eq!(Fault::parse(&fault.name()), Some(fault));
+        }
+        assert_eq!(Fault::parse("d1-down-until:soon"), None);
+        assert!(serde_json::from_str::<Fault>("\"no-such-fault\"").is_err());
+    }
+
+    #[test]
+    fn lasting_faults_hit_every_attempt_the_others_the_first() {
+        assert!(Fault::FailBeforeEffect.applies(0));
+        assert!(!Fault::FailBeforeEffect.applies(1));
+        assert!(Fault::EffectAlwaysFails.applies(7));
+        assert!(Fault::d1_down(Some(Fault::D1DownUntil(10)), 9));
+        assert!(!Fault::d1_down(Some(Fault::D1DownUntil(10)), 10));
+    }
+}

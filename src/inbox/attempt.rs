@@ -1,0 +1,207 @@
+//! One try at an event's effect, and what follows it: the event marked
+//! done, or the failure counted and the next retry armed, or — once the
+//! budget is spent — the event marked failed and listed for operators.
+
+use super::state::{self, AfterFailure, EventState, Outcome};
+use super::store::EventRow;
+use super::{Answer, EventInbox};
+use crate::clock::now_ms;
+use crate::config::InboxSettings;
+use crate::d1::Db;
+use crate::effects::{self, Applied};
+use crate::event::{dedupe_key, VerifiedEvent};
+use crate::failed_events::{self, Recorded};
+use crate::fault::Fault;
+use crate::log::{self, Line};
+use crate::outbox;
+use worker::Result;
+
+/// How one effect attempt ended.
+pub(super) enum Tried {
+    Applied(Applied),
+    /// Failed; the alarm retries it.
+    WillRetry,
+    /// Failed, and the budget is spent: the event is `failed`.
+    GaveUp,
+}
+
+impl Tried {
+    pub(super) fn answer(self, source: &str) -> Answer {
+        match self {
+            Tried::Applied(Applied::Now) => Outcome::Processed.into(),
+            Tried::Applied(Applied::Earlier) => Outcome::Duplicate.into(),
+            Tried::Applied(Applied::Replayed { of }) => Answer {
+                outcome: Outcome::Duplicate,
+                replayed_body_of: Some(dedupe_key(source, &of)),
+            },
+            Tried::WillRetry => Outcome::Accepted.into(),
+            Tried::GaveUp => Outcome::Failed.into(),
+        }
+    }
+}
+
+impl EventInbox {
+    /// One try at the effect. On success marks the event done; on failure
+    /// records the error and arms the next retry, or marks the event failed
+    /// once the budget is spent and reports it. `fault` is for tests (see
+    /// [`Fault`]).
+    pub(super) async fn attempt_effect(
+        &self,
+        event: VerifiedEvent,
+        fault: Option<Fault>,
+        settings: &InboxSettings,
+    ) -> Result<Tried> {
+        self.effect_running.set(true);
+        let result = self.run_effect(&event, fault).await;
+        self.effect_running.set(false);
+        let error = match result {
+            Ok(applied) => {
+                let replay_of = match &applied {
+                    Applied::Replayed { of } => Some(of.clone()),
+                    _ => None,
+                };
+                if let Some(of) = &replay_of {
+                    let key = event.key();
+                    let line = Line::new("replayed_body").key(&key);
+                    log::info(&line.duplicate_of(dedupe_key(&event.source, of)));
+                }
+                if self.store.mark_done(now_ms(), replay_of)? == Some(true) {
+                    // Listed as failed before this attempt: no longer. If D1
+                    // refuses, `reported` stays set and the alarm tries again.
+                    self.resolve_report(&event).await;
+                }
+                return Ok(Tried::Applied(applied));
+            }
+            Err(error) => error,
+        };
+        let Some(failures) = self.store.record_failure(&error)? else {
+            // Not an attempt at a pending event (an operator's replay of a
+            // finished one): nothing changed.
+            return Err(format!("replay failed, the event is unchanged: {error}").into());
+        };
+        let next = state::after_failure(failures, settings);
+        let key = event.key();
+        let line = Line::new("effect_failed").key(&key).attempt(failures);
+        log::error(&line.last(next == AfterFailure::GiveUp).error(&error));
+        if let AfterFailure::RetryIn(delay_ms) = next {
+            self.set_alarm_in(delay_ms).await?;
+            return Ok(Tried::WillRetry);
+        }
+        self.store
+            .transition(EventState::Received, EventState::Failed)?;
+        let row = self.store.load()?.ok_or("inbox row vanished")?;
+        self.report_failure(&row, settings).await?;
+        // The report may have found the effect in the ledger after all (an
+        // attempt whose reply was lost): then it is done.
+        Ok(match self.store.state()? {
+            Some(EventState::Done) => Tried::Applied(Applied::Earlier),
+            _ => Tried::GaveUp,
+        })
+    }
+
+    /// Lists a failed event in `failed_events` unless it is already, and
+    /// arms the alarm: to try the report again if D1 refused it, else to
+    /// look again in a retention period (a failed event is never forgotten).
+    pub(super) async fn report_failure(
+        &self,
+        row: &EventRow,
+        settings: &InboxSettings,
+    ) -> Result<()> {
+        if row.reported {
+            return self.set_alarm_in(settings.retention_ms).await;
+        }
+        let error = row.last_error.as_deref().unwrap_or("unknown");
+        let written = if Fault::d1_down(row.fault, now_ms()) {
+            Err("injected fault: D1 unavailable".into())
+        } else {
+            failed_events::record(&self.env, &row.event, error).await
+        };
+        // D1 was awaited: a copy or an operator may have moved the event on
+        // meanwhile (reopened it, dismissed it). Then this report is moot,
+        // and the alarm is theirs to set.
+        if self.store.state()? != Some(EventState::Failed) {
+            return Ok(());
+        }
+        match written {
+            Ok(Recorded::Listed) => {
+                self.store.set_reported(true)?;
+                self.set_alarm_in(settings.retention_ms).await
+            }
+            Ok(Recorded::AlreadyHandled) => {
+                // The ledger holds the event: its effect committed after all
+                // (a lost reply), or an operator's dismissal did whose reply
+                // was lost. Nothing is owed: it is done.
+                self.store.settle_as_done(EventState::Failed, now_ms())?;
+                self.set_alarm_in(settings.retention_ms).await
+            }
+            Err(e) => {
+                log::error(
+                    &Line::new("failure_report_failed")
+                        .key(&row.event.key())
+                        .error(e),
+                );
+                let retry = settings.backoff_ms(row.effect_attempts.max(1));
+                self.set_alarm_in(retry).await
+            }
+        }
+    }
+
+    async fn run_effect(
+        &self,
+        event: &VerifiedEvent,
+        fault: Option<Fault>,
+    ) -> std::result::Result<Applied, String> {
+        if matches!(
+            fault,
+            Some(Fault::FailBeforeEffect | Fault::EffectAlwaysFails)
+        ) {
+            return Err("injected fault: before effect".into());
+        }
+        if Fault::d1_down(fault, now_ms()) {
+            return Err("injected fault: D1 unavailable".into());
+        }
+        let plan =
+            effects::plan(event, now_ms()).map_err(|e| format!("unplannable event: {}", e.0))?;
+        let db = Db::from_env(&self.env).map_err(|e| e.to_string())?;
+        let applied = effects::apply(&db, event, &plan.batch)
+            .await
+            .map_err(|e| e.to_string())?;
+        if fault == Some(Fault::FailAfterEffect) {
+            return Err("injected fault: after effect committed".into());
+        }
+        if matches!(applied, Applied::Replayed { .. }) {
+            // This id's outbox rows were never written: nothing to send.
+            return Ok(applied);
+        }
+        // After the commit, never before: a message must not outrun its row.
+        // Also after `Earlier`: that attempt's send may be what was lost.
+        let sent = if fault == Some(Fault::FailEnqueue) {
+            Err("injected fault: enqueue".into())
+        } else {
+            let fault = fault.and_then(Fault::for_outbox);
+            outbox::enqueue(&self.env, &plan.outbox_keys, fault).await
+        };
+        if let Err(e) = sent {
+            // Nothing is lost: the rows are committed as pending, and the
+            // cron relay sends them after its grace period.
+            log::error(&Line::new("enqueue_failed").key(&event.key()).error(e));
+        }
+        Ok(applied)
+    }
+
+    /// Takes a done event off the failed list; clears `reported` once D1
+    /// has. A refusal is logged, and the alarm tries again.
+    pub(super) async fn resolve_report(&self, event: &VerifiedEvent) -> bool {
+        match failed_events::resolve(&self.env, &event.source, &event.id).await {
+            Ok(()) => self.store.set_reported(false).is_ok(),
+            Err(e) => {
+                log::error(
+                    &Line::new("failed_event_unresolved")
+                        .key(&event.key())
+                        .error(e),
+                );
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! `EventInbox`: one Durable Object per `"{source}:{event id}"`.
+//!
+//! The runtime runs one instance per name, so every delivery of an event —
+//! sequential retries or a storm of concurrent ones — meets in the same
+//! object. The object decides "new or duplicate" with synchronous SQL
+//! ([`store`]): there is no `.await` between reading and writing the claim,
+//! so no other request can run in between (an `.await` on D1 or `fetch`
+//! would open the door).
+//!
+//! The object is the durable inbox, not the record of truth: the effect's
+//! ledger row in D1 is. If the object's "done" mark is lost after the effect
+//! committed, the retry finds the ledger row and counts that as success.
+//!
+//! - [`state`]: the event's state machine, pure and host-tested;
+//! - [`store`]: the object's tables and every statement it runs;
+//! - [`client`]: how the worker and the admin API call an inbox.
+//!
+//! An alarm is set while the event row exists, on every path: armed at the
+//! claim before the first attempt; re-armed by the alarm itself, first
+//! thing, as a fallback before anything in it can fail; then set to the
+//! next retry, the next try at reporting a failure to `failed_events`, or
+//! the retention deadline.
+
+mod attempt;
+pub mod client;
+mod schema;
+pub mod state;
+pub mod store;
+
+use std::cell::Cell;
+
+use worker::wasm_bindgen;
+use worker::{durable_object, DurableObject, Env, Method, Request, Response, Result, State};
+
+use self::attempt::Tried;
+use self::client::{Answer, Handoff, InboxState, NOT_STORED};
+use self::state::{AlarmTask, EventState, Outcome};
+use self::store::{Claim, DeliveryKind, EventRow, LoggedDelivery, Store};
+use crate::clock::now_ms;
+use crate::config::{ConfigError, InboxSettings};
+use crate::effects::Applied;
+use crate::event::dedupe_key;
+use crate::failed_events;
+use crate::fault::Fault;
+use crate::log::{self, Line};
+
+/// The fallback an alarm arms before doing anything that could fail.
+const FALLBACK_ALARM_MS: i64 = 60_000;
+
+#[durable_object]
+pub struct EventInbox {
+    state: State,
+    env: Env,
+    store: Store,
+    /// Parsed once per instance; a bad variable fails every call, by name.
+    settings: std::result::Result<InboxSettings, ConfigError>,
+    /// Whether this instance is inside an effect attempt right now. An
+    /// attempt can only be in flight in the live instance, so memory is the
+    /// right place; it keeps the alarm from racing a delivery's own attempt
+    /// (harmless thanks to the ledger, but wasted work).
+    effect_running: Cell<bool>,
+}
+
+impl DurableObject for EventInbox {
+    fn new(state: State, env: Env) -> Self {
+        let store = Store::new(state.storage().sql());
+        let settings = InboxSettings::from_env(&env);
+        EventInbox {
+            state,
+            env,
+            store,
+            settings,
+            effect_running: Cell::new(false),
+        }
+    }
+
+    /// The paths [`client`] calls.
+    async fn fetch(&self, mut req: Request) -> Result<Response> {
+        match (req.method(), req.path().as_str()) {
+            (Method::Post, client::DELIVER) => {
+                let handoff: Handoff = serde_json::from_str(&req.text().await?)?;
+                self.receive(handoff).await
+            }
+            (Method::Get, client::STATE) => match self.inbox_state()? {
+                Some(state) => Response::from_json(&state),
+                None => Response::error("no event", 404),
+            },
+            (Method::Post, client::REPLAY) => match self.replay().await? {
+                Some(answer) => Response::from_json(&answer),
+                None => Response::error("no event", 404),
+            },
+            (Method::Post, client::DISMISS) => self.dismiss().await,
+            _ => Response::error("not found", 404),
+        }
+    }
+
+    /// The safety net: retries an unfinished effect, retries the report of a
+    /// failed one, or forgets a finished event once its retention has passed.
+    async fn alarm(&self) -> Result<Response> {
+        // First, before anything below can fail: whatever happens, this
+        // object is called again.
+        self.set_alarm_in(FALLBACK_ALARM_MS).await?;
+        let Some(row) = self.store.held()? else {
+            self.state.storage().delete_alarm().await?;
+            return Response::ok("empty");
+        };
+        let settings = self.settings()?;
+        let running = self.effect_running.get();
+        match state::alarm_task(&row.held(), running, settings.retention_ms, now_ms()) {
+            AlarmTask::WaitForAttempt => {
+                self.set_alarm_in(settings.retry_base_ms).await?;
+                Response::ok("attempt in flight")
+            }
+            AlarmTask::Retry => {
+                let fault = row.pending_fault();
+                self.retry_now(row, fault, settings).await?;
+                Response::ok("retried")
+            }
+            AlarmTask::ReportFailure => {
+                self.report_failure(&row, settings).await?;
+                Response::ok("failure reported")
+            }
+            AlarmTask::ResolveReport if self.resolve_report(&row.event).await => {
+                let task = state::after_resolved(&row.held(), settings.retention_ms, now_ms());
+                self.rest(task).await
+            }
+            AlarmTask::ResolveReport => {
+                self.set_alarm_in(settings.backoff_ms(row.effect_attempts.max(1)))
+                    .await?;
+                Response::ok("failure report still to resolve")
+            }
+            task => self.rest(task).await,
+        }
+    }
+}
+
+impl EventInbox {
+    fn settings(&self) -> Result<&InboxSettings> {
+        self.settings.as_ref().map_err(|e| e.clone().into())
+    }
+
+    /// A finished event with nothing left to do: forgotten, or left to
+    /// sleep until it may be.
+    async fn rest(&self, task: AlarmTask) -> Result<Response> {
+        if let AlarmTask::SleepUntil(at) = task {
+            self.set_alarm_in((at - now_ms()).max(0)).await?;
+            return Response::ok("rescheduled");
+        }
+        // Storage first: should deleting it fail, the alarm stays.
+        let storage = self.state.storage();
+        storage.delete_all().await?;
+        storage.delete_alarm().await?;
+        self.store.forget();
+        Response::ok("expired")
+    }
+
+    async fn receive(&self, handoff: Handoff) -> Result<Response> {
+        let Handoff { event, fault } = handoff;
+        let settings = self.settings()?;
+
+        // The claim. Synchronous SQL only: between the insert and the
+        // duplicate record no other request can run, and both are durable
+        // before the reply leaves (the output gate holds it). If it fails,
+        // nothing was stored, and the worker may say so.
+        let claim = if fault == Some(Fault::FailClaim) {
+            Err("injected fault: claim".into())
+        } else {
+            self.store.claim(&event, fault)
+        };
+        let claim = match claim {
+            Ok(claim) => claim,
+            Err(e) => {
+                log::error(&Line::new("claim_failed").key(&event.key()).error(e));
+                return Response::error("not stored", NOT_STORED);
+            }
+        };
+        let answer = match claim {
+            Claim::First => {
+                // Armed before the first attempt, so a crash from here on is
+                // retried. The alarm finds the event done and re-arms for the
+                // retention deadline: one storage write fewer on the reply's path.
+                self.set_alarm_in(settings.retry_base_ms).await?;
+                if fault == Some(Fault::LoseReply) {
+                    return Err("injected fault: the reply is lost".into());
+                }
+                let source = event.source.clone();
+                self.attempt_effect(event, fault, settings)
+                    .await?
+                    .answer(&source)
+            }
+            // A new copy of a failed event reopens it for one more attempt:
+            // a merchant's "resend" after an outage is answered by applying it.
+            Claim::Held(EventState::Failed) => self.reopen(settings).await?,
+            Claim::Held(_) => Outcome::Duplicate.into(),
+        };
+        Response::from_json(&answer)
+    }
+
+    /// One more attempt at a failed event for a new copy of it.
+    async fn reopen(&self, settings: &InboxSettings) -> Result<Answer> {
+        self.reopen_failed(settings).await?;
+        let row = self.store.load()?.ok_or("inbox row vanished")?;
+        let fault = row.pending_fault();
+        self.retry_now(row, fault, settings).await
+    }
+
+    /// Marks a `failed` event `received` synchronously, so that copies
+    /// arriving meanwhile are duplicates of the attempt about to run, and
+    /// arms a near alarm, so that the attempt is retried if this instance
+    /// dies during it (the alarm left by the failure is a retention away).
+    async fn reopen_failed(&self, settings: &InboxSettings) -> Result<()> {
+        self.store
+            .transition(EventState::Failed, EventState::Received)?;
+        self.set_alarm_in(settings.retry_base_ms).await
+    }
+
+    /// An operator's replay: runs the effect path again for the held event,
+    /// without test faults. A `failed` event is reopened first. For an event
+    /// already done it is a no-op: the ledger answers `Earlier`, reported as
+    /// `duplicate`. `None` when the inbox holds no event (never, or expired).
+    async fn replay(&self) -> Result<Option<Answer>> {
+        let Some(row) = self.store.held()? else {
+            return Ok(None);
+        };
+        if row.state == EventState::Dismissed {
+            return Ok(Some(Outcome::Dismissed.into()));
+        }
+        if self.effect_running.get() {
+            return Ok(Some(Outcome::Accepted.into()));
+        }
+        let settings = self.settings()?;
+        if row.state == EventState::Failed {
+            self.reopen_failed(settings).await?;
+        }
+        Ok(Some(self.retry_now(row, None, settings).await?))
+    }
+
+    /// An attempt off the first delivery's path (the alarm, a reopening
+    /// copy, a replay): on success the alarm moves to the retention
+    /// deadline, counted from now, when the event finished.
+    async fn retry_now(
+        &self,
+        row: EventRow,
+        fault: Option<Fault>,
+        settings: &InboxSettings,
+    ) -> Result<Answer> {
+        let source = row.event.source.clone();
+        let backoff = settings.backoff_ms(row.effect_attempts.max(1));
+        let tried = self.attempt_effect(row.event, fault, settings).await?;
+        if matches!(tried, Tried::Applied(_)) {
+            // Still listed as failed (D1 refused the resolve): the alarm
+            // tries again soon, not a retention away.
+            let next = if self.store.reported()? {
+                backoff
+            } else {
+                settings.retention_ms
+            };
+            self.set_alarm_in(next).await?;
+        }
+        Ok(tried.answer(&source))
+    }
+
+    /// An operator's decision not to apply a failed event. The state moves
+    /// first, synchronously, so that a copy arriving while D1 records the
+    /// decision is a duplicate, not a reopening. D1 records it as handled in
+    /// the ledger, so no later copy applies it, even after this inbox
+    /// forgets. Should the ledger show the effect committed after all (a
+    /// lost reply, or the same body under another id), there is nothing to
+    /// dismiss: the event is done, and the answer says `duplicate`.
+    async fn dismiss(&self) -> Result<Response> {
+        let Some(row) = self.store.held()? else {
+            return Response::error("no event", 404);
+        };
+        if row.state != EventState::Failed {
+            return Response::error("only a failed event can be dismissed", 409);
+        }
+        let settings = self.settings()?;
+        self.store.dismiss(now_ms())?;
+        let outcome = match failed_events::dismiss(&self.env, &row.event).await {
+            Ok(Applied::Now) => {
+                log::info(&Line::new("event_dismissed").key(&row.event.key()));
+                Outcome::Dismissed
+            }
+            Ok(_) => {
+                self.store.settle_as_done(EventState::Dismissed, now_ms())?;
+                Outcome::Duplicate
+            }
+            Err(e) => {
+                // Unknown whether D1 committed (its reply may be what was
+                // lost): back to failed and unreported, and the alarm's
+                // report, which checks the ledger first, settles it soon.
+                self.store.undo_dismissal()?;
+                self.set_alarm_in(settings.retry_base_ms).await?;
+                return Err(e);
+            }
+        };
+        self.set_alarm_in(settings.retention_ms).await?;
+        Response::from_json(&Answer::from(outcome))
+    }
+
+    /// The event's progress and its deliveries, without creating tables in
+    /// an object that never held an event (or has forgotten it).
+    fn inbox_state(&self) -> Result<Option<InboxState>> {
+        let Some(row) = self.store.held()? else {
+            return Ok(None);
+        };
+        let first = LoggedDelivery {
+            at: row.event.received_at,
+            kind: match row.replay_of {
+                Some(_) => DeliveryKind::ReplayedBody,
+                None => DeliveryKind::First,
+            },
+            duplicate_of: row
+                .replay_of
+                .as_deref()
+                .map(|of| dedupe_key(&row.event.source, of)),
+            bytes: row.event.body.len() as i64,
+            sha256: row.event.body_sha256.clone(),
+        };
+        let (later, mut delivery_log) = self.store.later_deliveries()?;
+        delivery_log.insert(0, first);
+        Ok(Some(InboxState {
+            state: row.state,
+            effect_attempts: row.effect_attempts,
+            last_error: row.last_error,
+            received_at: row.event.received_at,
+            done_at: row.done_at,
+            reported: row.reported,
+            deliveries: later + 1,
+            delivery_log,
+            body: row.event.body,
+        }))
+    }
+
+    pub(super) async fn set_alarm_in(&self, delay_ms: i64) -> Result<()> {
+        self.state.storage().set_alarm(delay_ms).await
+    }
+}

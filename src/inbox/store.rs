@@ -1,0 +1,341 @@
+//! The inbox's own storage: its tables, their rows, and every SQL statement
+//! the object runs. All synchronous (Durable Object SQLite): no other
+//! request runs between two of them, so a read and the write that depends
+//! on it cannot be interleaved.
+
+use serde::{Deserialize, Serialize};
+use worker::{Result, SqlStorage, SqlStorageValue};
+
+use super::schema::Tables;
+use super::state::{EventState, Held};
+use crate::event::{self, VerifiedEvent};
+use crate::fault::Fault;
+
+/// How many later deliveries the log keeps. A request replayed 20,000
+/// times must not make its event unreadable (SQLite values stop at 2 MB):
+/// the rowid counts them all, the log keeps the last ones.
+pub const DELIVERIES_KEPT: i64 = 100;
+
+/// The stored event, read column by column: never re-encoded through JSON,
+/// so a body at the size cap loads whatever bytes it holds.
+const LOAD_EVENT: &str = "SELECT source, provider, event_id, type, body, received_at, state,
+        effect_attempts, fault, last_error, done_at, reported, replay_of, fence
+    FROM event";
+
+/// The held event and its progress.
+pub struct EventRow {
+    pub event: VerifiedEvent,
+    pub state: EventState,
+    pub effect_attempts: i64,
+    pub fault: Option<Fault>,
+    pub last_error: Option<String>,
+    pub done_at: Option<i64>,
+    pub reported: bool,
+    pub replay_of: Option<String>,
+}
+
+impl EventRow {
+    fn decode(row: &[SqlStorageValue]) -> Result<Self> {
+        let text = |i: usize| match row.get(i) {
+            Some(SqlStorageValue::String(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let int = |i: usize| row.get(i).and_then(integer);
+        let required = |i: usize| text(i).ok_or("inbox row: missing text column");
+        let body = required(4)?;
+        Ok(EventRow {
+            event: VerifiedEvent {
+                source: required(0)?,
+                provider: required(1)?,
+                id: required(2)?,
+                kind: required(3)?,
+                body_sha256: event::sha256_hex(body.as_bytes()),
+                fence: text(13),
+                body,
+                received_at: int(5).unwrap_or_default(),
+            },
+            state: EventState::parse(&required(6)?).ok_or("inbox row: unknown state")?,
+            effect_attempts: int(7).unwrap_or_default(),
+            fault: text(8).as_deref().and_then(Fault::parse),
+            last_error: text(9),
+            done_at: int(10),
+            reported: int(11).unwrap_or_default() != 0,
+            replay_of: text(12),
+        })
+    }
+
+    /// What the state machine needs to know of it.
+    pub fn held(&self) -> Held {
+        Held {
+            state: self.state,
+            reported: self.reported,
+            received_at: self.event.received_at,
+            done_at: self.done_at,
+        }
+    }
+
+    /// The fault still in force for the next attempt.
+    pub fn pending_fault(&self) -> Option<Fault> {
+        self.fault.filter(|f| f.applies(self.effect_attempts))
+    }
+}
+
+/// One delivery of the event, as the log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoggedDelivery {
+    pub at: i64,
+    pub kind: DeliveryKind,
+    /// For a replayed body: the key (`"{source}:{id}"`) it repeats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_of: Option<String>,
+    pub bytes: i64,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryKind {
+    /// The delivery that created the event.
+    First,
+    /// A first delivery whose signed body was already applied under
+    /// another id (`duplicate_of`).
+    ReplayedBody,
+    /// A later delivery of the held event.
+    Duplicate,
+}
+
+/// What the claim found.
+pub enum Claim {
+    /// This delivery is the first: the event row was inserted.
+    First,
+    /// The inbox already held the event, in this state.
+    Held(EventState),
+}
+
+/// The statements the inbox runs, on its [`Tables`].
+pub struct Store {
+    tables: Tables,
+}
+
+impl Store {
+    pub fn new(sql: SqlStorage) -> Self {
+        Store {
+            tables: Tables::new(sql),
+        }
+    }
+
+    /// The held event, if any, without creating tables in an object that
+    /// never held one (or has forgotten it).
+    pub fn held(&self) -> Result<Option<EventRow>> {
+        if !self.tables.has_event_table()? {
+            return Ok(None);
+        }
+        self.load()
+    }
+
+    /// The held event; the table must exist.
+    pub fn load(&self) -> Result<Option<EventRow>> {
+        let row = self.tables.first(LOAD_EVENT, Vec::new())?;
+        row.map(|row| EventRow::decode(&row)).transpose()
+    }
+
+    /// The event's state as stored now (after an `.await`, memory may be stale).
+    pub fn state(&self) -> Result<Option<EventState>> {
+        Ok(self
+            .tables
+            .one_text("SELECT state FROM event", Vec::new())?
+            .as_deref()
+            .and_then(EventState::parse))
+    }
+
+    /// Whether `failed_events` lists the event, as stored now.
+    pub fn reported(&self) -> Result<bool> {
+        let row = self
+            .tables
+            .first("SELECT reported FROM event", Vec::new())?;
+        Ok(row.as_deref().and_then(|r| r.first()).and_then(integer) == Some(1))
+    }
+
+    /// Inserts the event row if this object holds none; otherwise counts and
+    /// logs this delivery and returns the held event's state.
+    pub fn claim(&self, event: &VerifiedEvent, fault: Option<Fault>) -> Result<Claim> {
+        self.tables.ensure_event_table()?;
+        let inserted = self.tables.first(
+            "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault, fence)
+             VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (singleton) DO NOTHING
+             RETURNING singleton",
+            vec![
+                event.source.as_str().into(),
+                event.provider.as_str().into(),
+                event.id.as_str().into(),
+                event.kind.as_str().into(),
+                event.body.as_str().into(),
+                event.received_at.into(),
+                EventState::Received.as_str().into(),
+                fault.map_or(SqlStorageValue::Null, |f| f.name().into()),
+                event.fence.as_deref().map_or(SqlStorageValue::Null, Into::into),
+            ],
+        )?;
+        if inserted.is_some() {
+            return Ok(Claim::First);
+        }
+        let state = self.state()?.ok_or("inbox row: unreadable state")?;
+        self.tables.ensure_deliveries_table()?;
+        let logged = self.tables.first(
+            "INSERT INTO deliveries (at, bytes, sha256) VALUES (?, ?, ?) RETURNING seq",
+            vec![
+                event.received_at.into(),
+                (event.body.len() as i64).into(),
+                event.body_sha256.as_str().into(),
+            ],
+        )?;
+        if let Some(seq) = logged.as_deref().and_then(|r| r.first()).and_then(integer) {
+            if seq > DELIVERIES_KEPT {
+                self.tables.sql.exec(
+                    "DELETE FROM deliveries WHERE seq <= ?",
+                    vec![(seq - DELIVERIES_KEPT).into()],
+                )?;
+            }
+        }
+        Ok(Claim::Held(state))
+    }
+
+    /// Moves the event from `from` to `to`; a no-op in any other state.
+    pub fn transition(&self, from: EventState, to: EventState) -> Result<()> {
+        self.tables.sql.exec(
+            "UPDATE event SET state = ? WHERE state = ?",
+            vec![to.as_str().into(), from.as_str().into()],
+        )?;
+        Ok(())
+    }
+
+    /// A `received` event's effect committed: `done`. Returns whether it was
+    /// listed as failed; `None` if it was not `received`.
+    pub fn mark_done(&self, now: i64, replay_of: Option<String>) -> Result<Option<bool>> {
+        let row = self.tables.first(
+            "UPDATE event SET state = ?, done_at = ?, effect_attempts = effect_attempts + 1,
+                 last_error = NULL, replay_of = ?
+             WHERE state = ?
+             RETURNING reported",
+            vec![
+                EventState::Done.as_str().into(),
+                now.into(),
+                replay_of.map_or(SqlStorageValue::Null, Into::into),
+                EventState::Received.as_str().into(),
+            ],
+        )?;
+        Ok(row
+            .as_deref()
+            .map(|r| r.first().and_then(integer) == Some(1)))
+    }
+
+    /// Counts a failed attempt at a `received` event; returns the failures
+    /// so far, read back from storage, not memory: the alarm and a delivery
+    /// may both have tried. `None` when the event is not `received` (a
+    /// replay of a finished event failed): nothing is counted.
+    pub fn record_failure(&self, error: &str) -> Result<Option<i64>> {
+        let row = self.tables.first(
+            "UPDATE event SET effect_attempts = effect_attempts + 1, last_error = ?
+             WHERE state = ?
+             RETURNING effect_attempts",
+            vec![error.into(), EventState::Received.as_str().into()],
+        )?;
+        Ok(row.as_deref().and_then(|r| r.first()).and_then(integer))
+    }
+
+    /// Whether `failed_events` lists the event.
+    pub fn set_reported(&self, reported: bool) -> Result<()> {
+        self.tables.sql.exec(
+            "UPDATE event SET reported = ?",
+            vec![i64::from(reported).into()],
+        )?;
+        Ok(())
+    }
+
+    /// A `failed` (or `dismissed`) event whose effect the ledger shows
+    /// committed after all: `done`, and no longer listed.
+    pub fn settle_as_done(&self, from: EventState, now: i64) -> Result<()> {
+        self.tables.sql.exec(
+            "UPDATE event SET state = ?, done_at = ?, reported = 0 WHERE state = ?",
+            vec![
+                EventState::Done.as_str().into(),
+                now.into(),
+                from.as_str().into(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// An operator's dismissal of a `failed` event, before D1 records it.
+    pub fn dismiss(&self, now: i64) -> Result<()> {
+        self.tables.sql.exec(
+            "UPDATE event SET state = ?, done_at = ? WHERE state = ?",
+            vec![
+                EventState::Dismissed.as_str().into(),
+                now.into(),
+                EventState::Failed.as_str().into(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// A dismissal D1 may not have recorded: `failed` and unreported again,
+    /// so that the alarm's report (which checks the ledger first) settles it.
+    pub fn undo_dismissal(&self) -> Result<()> {
+        self.tables.sql.exec(
+            "UPDATE event SET state = ?, done_at = NULL, reported = 0 WHERE state = ?",
+            vec![
+                EventState::Failed.as_str().into(),
+                EventState::Dismissed.as_str().into(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// After the object's storage was deleted: the tables are gone.
+    pub fn forget(&self) {
+        self.tables.forget();
+    }
+
+    /// The later deliveries, oldest first, and how many there ever were.
+    pub fn later_deliveries(&self) -> Result<(i64, Vec<LoggedDelivery>)> {
+        if !self.tables.has_deliveries_table()? {
+            return Ok((0, Vec::new()));
+        }
+        let mut count = 0;
+        let mut log = Vec::new();
+        for row in self
+            .tables
+            .sql
+            .exec(
+                "SELECT seq, at, bytes, sha256 FROM deliveries ORDER BY seq",
+                None,
+            )?
+            .raw()
+        {
+            if let [SqlStorageValue::Integer(seq), SqlStorageValue::Integer(at), SqlStorageValue::Integer(bytes), SqlStorageValue::String(sha256)] =
+                row?.as_slice()
+            {
+                count = *seq;
+                log.push(LoggedDelivery {
+                    at: *at,
+                    kind: DeliveryKind::Duplicate,
+                    duplicate_of: None,
+                    bytes: *bytes,
+                    sha256: sha256.clone(),
+                });
+            }
+        }
+        Ok((count, log))
+    }
+}
+
+/// An integer column (SQLite may hand back a float for one).
+pub(super) fn integer(value: &SqlStorageValue) -> Option<i64> {
+    match value {
+        SqlStorageValue::Integer(n) => Some(*n),
+        SqlStorageValue::Float(n) => Some(*n as i64),
+        _ => None,
+    }
+}

@@ -1,0 +1,138 @@
+//! Log lines: one JSON object per line, serialized from a struct — never a
+//! secret, never a payload. `wrangler tail` and Workers Logs index the
+//! fields, so their names are stable. A delivery's own line is
+//! `receive::DeliveryLine`; every other line is a [`Line`].
+
+use serde::Serialize;
+
+/// Writes `line` to the log (`console.log`).
+pub fn info(line: &impl Serialize) {
+    worker::console_log!("{}", serde_json::to_string(line).unwrap_or_default());
+}
+
+/// Writes `line` to the error stream (`console.error`): failures, and what
+/// an operator must act on.
+pub fn error(line: &impl Serialize) {
+    worker::console_error!("{}", serde_json::to_string(line).unwrap_or_default());
+}
+
+/// A line about one event or one side effect, with the fields that apply.
+#[derive(Debug, Default, Serialize)]
+pub struct Line<'a> {
+    pub msg: &'static str,
+    /// The event's `"{source}:{id}"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<&'a str>,
+    /// An outbox row's key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<&'a str>,
+    /// Which attempt, counting from 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<i64>,
+    /// True when the retry budget is spent and the event is marked failed.
+    #[serde(rename = "final", skip_serializing_if = "Option::is_none")]
+    pub last: Option<bool>,
+    /// The key of the event whose signed body this one repeats.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duplicate_of: Option<String>,
+    /// Rows the cron relay re-sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sent: Option<usize>,
+    /// Counters a flush could not write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counts: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl<'a> Line<'a> {
+    pub fn new(msg: &'static str) -> Self {
+        Line {
+            msg,
+            ..Line::default()
+        }
+    }
+
+    pub fn key(self, key: &'a str) -> Self {
+        Line {
+            key: Some(key),
+            ..self
+        }
+    }
+
+    pub fn idempotency_key(self, key: &'a str) -> Self {
+        Line {
+            idempotency_key: Some(key),
+            ..self
+        }
+    }
+
+    pub fn attempt(self, attempt: i64) -> Self {
+        Line {
+            attempt: Some(attempt),
+            ..self
+        }
+    }
+
+    pub fn last(self, last: bool) -> Self {
+        Line {
+            last: Some(last),
+            ..self
+        }
+    }
+
+    pub fn duplicate_of(self, key: String) -> Self {
+        Line {
+            duplicate_of: Some(key),
+            ..self
+        }
+    }
+
+    pub fn sent(self, rows: usize) -> Self {
+        Line {
+            sent: Some(rows),
+            ..self
+        }
+    }
+
+    pub fn counts(self, counts: usize) -> Self {
+        Line {
+            counts: Some(counts),
+            ..self
+        }
+    }
+
+    pub fn detail(self, detail: impl ToString) -> Self {
+        Line {
+            detail: Some(detail.to_string()),
+            ..self
+        }
+    }
+
+    pub fn error(self, error: impl ToString) -> Self {
+        Line {
+            error: Some(error.to_string()),
+            ..self
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_carries_only_the_fields_set() {
+        let line = Line::new("effect_failed")
+            .key("stripe:evt_1")
+            .attempt(3)
+            .last(true)
+            .error("D1 said \"no\"");
+        assert_eq!(
+            serde_json::to_string(&line).unwrap(),
+            r#"{"msg":"effect_failed","key":"stripe:evt_1","attempt":3,"final":true,"error":"D1 said \"no\""}"#
+        );
+    }
+}
