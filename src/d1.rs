@@ -3,10 +3,11 @@
 //!
 //! A [`Statement`] is SQL with its parameters as plain Rust values, so that
 //! an effect's plan is data, built and tested on the host; only [`Db`]
-//! binds and runs it. Rows come back as JSON text that SQLite builds
-//! (`json_object(…)`, or `json_group_array(…)` for a list) in one column
-//! named `json`, decoded with serde_json into a typed struct: one decoder
-//! in the wasm, and a list is one value, not a JS array of objects.
+//! binds and runs it. Rows with several columns come back as JSON text that
+//! SQLite builds (`json_object(…)`, or `json_group_array(…)` for a list) in
+//! one column named `json`, decoded with serde_json into a typed struct:
+//! one decoder in the wasm, and a list is one value, not a JS array of
+//! objects. A single text column is read as it is ([`Db::text`]).
 
 use std::marker::PhantomData;
 

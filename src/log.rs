@@ -35,6 +35,9 @@ pub struct Line<'a> {
     /// The key of the event whose signed body this one repeats.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duplicate_of: Option<String>,
+    /// A queue message's id (one that could not be read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     /// Rows the cron relay re-sent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sent: Option<usize>,
@@ -86,6 +89,13 @@ impl<'a> Line<'a> {
     pub fn duplicate_of(self, key: String) -> Self {
         Line {
             duplicate_of: Some(key),
+            ..self
+        }
+    }
+
+    pub fn id(self, id: String) -> Self {
+        Line {
+            id: Some(id),
             ..self
         }
     }

@@ -76,8 +76,8 @@ pub fn lookup(env: &Env, name: &str) -> Result<Option<SourceConfig>, ConfigError
     let Some(source) = source else {
         return Ok(None);
     };
-    // Through JSON and serde_json, like every other decode here (see
-    // inbox::json_rows): one decoder in the wasm.
+    // Through JSON and serde_json, like every other decode here (see `d1`):
+    // one decoder in the wasm.
     let json = js_sys::JSON::stringify(&source)
         .ok()
         .and_then(|s| s.as_string())

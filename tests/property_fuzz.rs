@@ -212,23 +212,37 @@ fn with_header(req: &RawRequest, name: &str, value: String) -> RawRequest {
 }
 
 /// What Twilio signs of a form after the URL, decoded here on its own (not
-/// with the worker's decoder): each pair's name and value, `+` as a space,
-/// `%XX` as its byte, sorted, joined. `None` for a form that does not decode.
+/// with the worker's decoder), as the WHATWG form decoding does: each pair's
+/// name and value, `+` as a space, `%XX` as its byte (a malformed escape
+/// kept as sent, bytes that are not UTF-8 as U+FFFD), sorted, joined.
+/// `None` for a body that is not UTF-8.
 fn signed_form(body: &[u8]) -> Option<String> {
     fn decode(text: &str) -> Option<String> {
+        let bytes = text.as_bytes();
         let mut out = Vec::new();
-        let mut bytes = text.bytes();
-        while let Some(b) = bytes.next() {
-            out.push(match b {
-                b'+' => b' ',
-                b'%' => {
-                    let hex = [bytes.next()?, bytes.next()?];
-                    u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?
+        let mut i = 0;
+        while i < bytes.len() {
+            let escaped = (bytes[i] == b'%')
+                .then(|| bytes.get(i + 1..i + 3))
+                .flatten()
+                .filter(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+                .and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
+            match (bytes[i], escaped) {
+                (_, Some(byte)) => {
+                    out.push(byte);
+                    i += 3;
                 }
-                other => other,
-            });
+                (b'+', None) => {
+                    out.push(b' ');
+                    i += 1;
+                }
+                (other, None) => {
+                    out.push(other);
+                    i += 1;
+                }
+            }
         }
-        String::from_utf8(out).ok()
+        Some(String::from_utf8_lossy(&out).into_owned())
     }
     let text = std::str::from_utf8(body).ok()?;
     let mut pairs = text

@@ -114,7 +114,11 @@ describe("concurrent copies", () => {
     assert.equal(outcomes.filter((o) => o === "duplicate").length, 49);
     assert.equal(await ledgerRows("stripe", id), 1);
     assert.equal(await w.scalar("SELECT count(*) FROM orders WHERE checkout_session_id = ?", session), 1);
-    assert.equal((await w.inboxState(`stripe:${id}`)).deliveries, 50);
+    const state = await w.inboxState(`stripe:${id}`);
+    assert.equal(state.deliveries, 50);
+    // The log is in the inbox's order: each delivery timed when it met it.
+    const times = state.delivery_log.map((d) => d.at);
+    assert.deepEqual(times, [...times].sort((a, b) => a - b), "arrival times in log order");
   });
 
   test("50 copies of one star at once move the counter by exactly one", async () => {

@@ -9,7 +9,7 @@
 //! `storm` sends the same freshly signed event N times at once, then asks the
 //! admin API what happened, and exits non-zero unless there was exactly one
 //! processed reply, one ledger row, and each side effect once. It signs on
-//! its own: nothing here is shared with the worker it checks.
+//! its own: none of the worker's code is shared with it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

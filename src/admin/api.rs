@@ -20,6 +20,7 @@ use super::{admin_token, bearer_ok, decode, Query};
 use crate::d1::{self, Json};
 use crate::inbox::client::{self, ActionResult, Answer};
 use crate::inbox::state::Outcome;
+use crate::log::{self, Line};
 use crate::outbox::OutboxStatus;
 
 /// `path` is what follows `/admin/api/`.
@@ -50,11 +51,11 @@ pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
         (Method::Post, ["outbox", key, "requeue"]) => requeue(env, key).await,
         (Method::Get, ["stats"]) => {
             #[derive(Serialize)]
-            struct Answer {
+            struct StatsAnswer {
                 stats: Json<queries::Stats>,
             }
             let stats = queries::stats(env).await?;
-            Response::from_json(&Answer { stats })
+            Response::from_json(&StatsAnswer { stats })
         }
         _ => Response::error("not found", 404),
     }
@@ -70,11 +71,11 @@ async fn list_events(env: &Env, query: &Query) -> Result<Response> {
         kind: query.get("type"),
     };
     #[derive(Serialize)]
-    struct Answer {
+    struct EventList {
         events: Json<Vec<queries::ListedEvent>>,
     }
     let events = queries::events(env, listing, &filter, query.limit()).await?;
-    Response::from_json(&Answer { events })
+    Response::from_json(&EventList { events })
 }
 
 async fn list_outbox(env: &Env, query: &Query) -> Result<Response> {
@@ -83,17 +84,18 @@ async fn list_outbox(env: &Env, query: &Query) -> Result<Response> {
         return Response::error("status must be dead, pending, sending or sent", 400);
     };
     #[derive(Serialize)]
-    struct Answer {
+    struct OutboxList {
         outbox: Json<Vec<queries::OutboxRow>>,
     }
     let outbox = queries::outbox_rows(env, status, query.limit()).await?;
-    Response::from_json(&Answer { outbox })
+    Response::from_json(&OutboxList { outbox })
 }
 
 async fn replay(env: &Env, source: &str, id: &str) -> Result<Response> {
     let answer = match client::replay(env, source, id).await? {
         ActionResult::Done(answer) => answer,
-        _ => {
+        ActionResult::Failed(status) => return Err(format!("the inbox answered {status}").into()),
+        ActionResult::NoEvent | ActionResult::NotFailed => {
             return Response::error(
                 "the inbox holds no such event (never received, or past retention)",
                 404,
@@ -112,11 +114,16 @@ async fn replay(env: &Env, source: &str, id: &str) -> Result<Response> {
 
 /// An operator's decision not to apply a failed event.
 async fn dismiss(env: &Env, source: &str, id: &str) -> Result<Response> {
+    let not_recorded = "the dismissal was not recorded; try again";
     match client::dismiss(env, source, id).await {
         Ok(ActionResult::Done(answer)) => Response::from_json(&answer),
         Ok(ActionResult::NoEvent) => Response::error("the inbox holds no such event", 404),
         Ok(ActionResult::NotFailed) => Response::error("only a failed event can be dismissed", 409),
-        Err(_) => Response::error("the dismissal was not recorded; try again", 500),
+        Ok(ActionResult::Failed(status)) => Response::error(not_recorded, status.max(500)),
+        Err(e) => {
+            log::error(&Line::new("admin_error").error(e));
+            Response::error(not_recorded, 500)
+        }
     }
 }
 

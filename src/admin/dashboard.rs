@@ -150,7 +150,7 @@ async fn resolve(env: &Env, source: &str, id: &str, action: &str) -> &'static st
         },
         Ok(ActionResult::NoEvent) => "no-event",
         Ok(ActionResult::NotFailed) => "not-failed",
-        Err(_) => "not-done",
+        Ok(ActionResult::Failed(_)) | Err(_) => "not-done",
     }
 }
 

@@ -4,7 +4,8 @@
 //! never open.
 //!
 //! - [`queries`]: what both read from D1 and the inboxes, as typed rows;
-//! - [`html`]: the dashboard's page, tables and escaping.
+//! - [`pages`]: the dashboard's overview and event pages;
+//! - [`html`]: the page shell, tables and escaping.
 //!
 //! To add an endpoint: a query in `queries.rs` if it reads something new,
 //! and an arm in `api::handle` (or `dashboard::handle`).
@@ -89,7 +90,7 @@ pub fn session_valid(value: &str, token: &str, now: i64, ttl_ms: i64) -> bool {
         .split_once('.')
         .and_then(|(issued, _)| issued.parse::<i64>().ok());
     issued_at.is_some_and(|issued| {
-        let fresh = issued <= now + 60_000 && now - issued < ttl_ms;
+        let fresh = issued <= now.saturating_add(60_000) && now.saturating_sub(issued) < ttl_ms;
         fresh && token_matches(&session_value(token, issued), value)
     })
 }

@@ -131,7 +131,8 @@ impl EventInbox {
                 // The ledger holds the event: its effect committed after all
                 // (a lost reply), or an operator's dismissal did whose reply
                 // was lost. Nothing is owed: it is done.
-                self.store.settle_as_done(EventState::Failed, now_ms())?;
+                self.store
+                    .settle_as_done(EventState::Failed, Some(now_ms()))?;
                 self.set_alarm_in(settings.retention_ms).await
             }
             Err(e) => {

@@ -111,8 +111,8 @@ pub async fn deliver(
     }
 }
 
-/// The event `(source, id)` as its inbox holds it; `None` when it holds
-/// nothing (never received, or past retention).
+/// The event `(source, id)` as its inbox holds it; `None` when it answers
+/// anything but 200 (it holds nothing: never received, or past retention).
 pub async fn state(env: &Env, source: &str, id: &str) -> Result<Option<Json<InboxState>>> {
     let mut response = stub(env, &dedupe_key(source, id))?
         .fetch_with_str(&url(STATE))
@@ -130,6 +130,8 @@ pub enum ActionResult {
     NoEvent,
     /// Only a failed event can be dismissed.
     NotFailed,
+    /// The inbox answered this error status: not done.
+    Failed(u16),
 }
 
 /// An operator's replay: the effect path again (a no-op if it committed).
@@ -151,7 +153,7 @@ async fn act(env: &Env, source: &str, id: &str, path: &str) -> Result<ActionResu
         200 => Ok(ActionResult::Done(response.json().await?)),
         404 => Ok(ActionResult::NoEvent),
         409 => Ok(ActionResult::NotFailed),
-        status => Err(format!("the inbox answered {status}").into()),
+        status => Ok(ActionResult::Failed(status)),
     }
 }
 

@@ -12,7 +12,8 @@
 //! committed, the retry finds the ledger row and counts that as success.
 //!
 //! - [`state`]: the event's state machine, pure and host-tested;
-//! - [`store`]: the object's tables and every statement it runs;
+//! - [`store`]: the rows and statements, on the tables `schema.rs` makes;
+//! - `attempt.rs`: one try at the effect, and what follows it;
 //! - [`client`]: how the worker and the admin API call an inbox.
 //!
 //! An alarm is set while the event row exists, on every path: armed at the
@@ -34,7 +35,7 @@ use worker::{durable_object, DurableObject, Env, Method, Request, Response, Resu
 
 use self::attempt::Tried;
 use self::client::{Answer, Handoff, InboxState, NOT_STORED};
-use self::state::{AlarmTask, EventState, Outcome};
+use self::state::{AlarmTask, EventState, Outcome, Rest};
 use self::store::{Claim, DeliveryKind, EventRow, LoggedDelivery, Store};
 use crate::clock::now_ms;
 use crate::config::{ConfigError, InboxSettings};
@@ -121,15 +122,15 @@ impl DurableObject for EventInbox {
                 Response::ok("failure reported")
             }
             AlarmTask::ResolveReport if self.resolve_report(&row.event).await => {
-                let task = state::after_resolved(&row.held(), settings.retention_ms, now_ms());
-                self.rest(task).await
+                let rest = state::after_resolved(&row.held(), settings.retention_ms, now_ms());
+                self.rest(rest).await
             }
             AlarmTask::ResolveReport => {
                 self.set_alarm_in(settings.backoff_ms(row.effect_attempts.max(1)))
                     .await?;
                 Response::ok("failure report still to resolve")
             }
-            task => self.rest(task).await,
+            AlarmTask::Rest(rest) => self.rest(rest).await,
         }
     }
 }
@@ -141,17 +142,21 @@ impl EventInbox {
 
     /// A finished event with nothing left to do: forgotten, or left to
     /// sleep until it may be.
-    async fn rest(&self, task: AlarmTask) -> Result<Response> {
-        if let AlarmTask::SleepUntil(at) = task {
-            self.set_alarm_in((at - now_ms()).max(0)).await?;
-            return Response::ok("rescheduled");
+    async fn rest(&self, rest: Rest) -> Result<Response> {
+        match rest {
+            Rest::SleepUntil(at) => {
+                self.set_alarm_in((at - now_ms()).max(0)).await?;
+                Response::ok("rescheduled")
+            }
+            Rest::Forget => {
+                // Storage first: should deleting it fail, the alarm stays.
+                let storage = self.state.storage();
+                storage.delete_all().await?;
+                storage.delete_alarm().await?;
+                self.store.forget();
+                Response::ok("expired")
+            }
         }
-        // Storage first: should deleting it fail, the alarm stays.
-        let storage = self.state.storage();
-        storage.delete_all().await?;
-        storage.delete_alarm().await?;
-        self.store.forget();
-        Response::ok("expired")
     }
 
     async fn receive(&self, handoff: Handoff) -> Result<Response> {
@@ -165,7 +170,7 @@ impl EventInbox {
         let claim = if fault == Some(Fault::FailClaim) {
             Err("injected fault: claim".into())
         } else {
-            self.store.claim(&event, fault)
+            self.store.claim(&event, fault, now_ms())
         };
         let claim = match claim {
             Ok(claim) => claim,
@@ -282,7 +287,7 @@ impl EventInbox {
                 Outcome::Dismissed
             }
             Ok(_) => {
-                self.store.settle_as_done(EventState::Dismissed, now_ms())?;
+                self.store.settle_as_done(EventState::Dismissed, None)?;
                 Outcome::Duplicate
             }
             Err(e) => {

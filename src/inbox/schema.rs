@@ -126,22 +126,46 @@ impl Tables {
     }
 
     /// Whether the deliveries table exists (created with the first
-    /// duplicate), asked without creating it. One made under its old name
-    /// is renamed.
+    /// duplicate), asked without creating it. A log kept under its old name
+    /// (`copies`) is renamed, or — should both exist, after a rollback and a
+    /// roll forward — added to the new one.
     pub fn has_deliveries_table(&self) -> Result<bool> {
         if self.deliveries_ready.get() {
             return Ok(true);
         }
-        let found = self.one_text(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('deliveries', 'copies')",
-            Vec::new(),
-        )?;
-        if found.as_deref() == Some("copies") {
-            self.sql
-                .exec("ALTER TABLE copies RENAME TO deliveries", None)?;
+        let mut names = Vec::new();
+        for row in self
+            .sql
+            .exec(
+                "SELECT name FROM sqlite_master
+                 WHERE type = 'table' AND name IN ('deliveries', 'copies')",
+                None,
+            )?
+            .raw()
+        {
+            if let [SqlStorageValue::String(name)] = row?.as_slice() {
+                names.push(name.clone());
+            }
         }
-        self.deliveries_ready.set(found.is_some());
-        Ok(found.is_some())
+        let has = |name: &str| names.iter().any(|n| n == name);
+        match (has("deliveries"), has("copies")) {
+            (false, true) => {
+                self.sql
+                    .exec("ALTER TABLE copies RENAME TO deliveries", None)?;
+            }
+            (true, true) => {
+                self.sql.exec(
+                    "INSERT INTO deliveries (at, bytes, sha256)
+                     SELECT at, bytes, sha256 FROM copies ORDER BY rowid",
+                    None,
+                )?;
+                self.sql.exec("DROP TABLE copies", None)?;
+            }
+            _ => {}
+        }
+        let found = !names.is_empty();
+        self.deliveries_ready.set(found);
+        Ok(found)
     }
 
     pub fn ensure_deliveries_table(&self) -> Result<()> {

@@ -6,7 +6,7 @@
 //! received ──effect committed──────────────▶ done ──retention──▶ (forgotten)
 //!    │  ▲                                      ▲
 //!    │  └──a new copy, or a replay──┐          │ the ledger shows it applied
-//!    └──retry budget spent──▶ failed ─────────┤
+//!    └──retry budget spent──▶ failed ─────────┤ (after a report, or a dismissal)
 //!                               └──dismissed──▶ dismissed ──retention──▶ (forgotten)
 //! ```
 //!
@@ -116,9 +116,16 @@ pub enum AlarmTask {
     ReportFailure,
     /// Done, but still listed as failed: take it off the list first.
     ResolveReport,
-    /// Past its retention: forget the event.
+    /// Finished, with nothing left to do.
+    Rest(Rest),
+}
+
+/// What becomes of a finished event with nothing left to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rest {
+    /// Past its retention: forget it.
     Forget,
-    /// Nothing due: sleep until the retention deadline.
+    /// Sleep until the retention deadline (ms).
     SleepUntil(i64),
 }
 
@@ -130,18 +137,20 @@ pub fn alarm_task(held: &Held, attempt_running: bool, retention_ms: i64, now: i6
         EventState::Received => AlarmTask::Retry,
         EventState::Failed => AlarmTask::ReportFailure,
         EventState::Done if held.reported => AlarmTask::ResolveReport,
-        EventState::Done | EventState::Dismissed => after_resolved(held, retention_ms, now),
+        EventState::Done | EventState::Dismissed => {
+            AlarmTask::Rest(after_resolved(held, retention_ms, now))
+        }
     }
 }
 
 /// For a finished event with nothing left to do: forget it, or sleep until
 /// it may be.
-pub fn after_resolved(held: &Held, retention_ms: i64, now: i64) -> AlarmTask {
+pub fn after_resolved(held: &Held, retention_ms: i64, now: i64) -> Rest {
     let expires_at = held.expires_at(retention_ms);
     if now >= expires_at {
-        AlarmTask::Forget
+        Rest::Forget
     } else {
-        AlarmTask::SleepUntil(expires_at)
+        Rest::SleepUntil(expires_at)
     }
 }
 
@@ -220,7 +229,7 @@ mod tests {
         let unlisted = held(EventState::Done, false, Some(5_000));
         assert_eq!(
             alarm_task(&unlisted, false, DAY, 2 * DAY),
-            AlarmTask::Forget
+            AlarmTask::Rest(Rest::Forget)
         );
     }
 
@@ -231,13 +240,13 @@ mod tests {
         assert_eq!(late.expires_at(DAY), 1_000 + 3 * DAY);
         assert_eq!(
             alarm_task(&late, false, DAY, 1_000 + 2 * DAY + 1),
-            AlarmTask::SleepUntil(1_000 + 3 * DAY)
+            AlarmTask::Rest(Rest::SleepUntil(1_000 + 3 * DAY))
         );
         let dismissed = held(EventState::Dismissed, false, None);
         assert_eq!(dismissed.expires_at(DAY), 1_000 + DAY);
         assert_eq!(
             alarm_task(&dismissed, false, DAY, 1_000 + DAY),
-            AlarmTask::Forget
+            AlarmTask::Rest(Rest::Forget)
         );
     }
 

@@ -1,7 +1,7 @@
-//! The inbox's own storage: its tables, their rows, and every SQL statement
-//! the object runs. All synchronous (Durable Object SQLite): no other
-//! request runs between two of them, so a read and the write that depends
-//! on it cannot be interleaved.
+//! The inbox's rows and the statements the object runs on them (its tables
+//! are made in `schema.rs`). All synchronous (Durable Object SQLite): no
+//! other request runs between two of them, so a read and the write that
+//! depends on it cannot be interleaved.
 
 use serde::{Deserialize, Serialize};
 use worker::{Result, SqlStorage, SqlStorageValue};
@@ -157,8 +157,9 @@ impl Store {
     }
 
     /// Inserts the event row if this object holds none; otherwise counts and
-    /// logs this delivery and returns the held event's state.
-    pub fn claim(&self, event: &VerifiedEvent, fault: Option<Fault>) -> Result<Claim> {
+    /// logs this delivery, as arrived at `now`, and returns the held event's
+    /// state.
+    pub fn claim(&self, event: &VerifiedEvent, fault: Option<Fault>, now: i64) -> Result<Claim> {
         self.tables.ensure_event_table()?;
         let inserted = self.tables.first(
             "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault, fence)
@@ -185,7 +186,7 @@ impl Store {
         let logged = self.tables.first(
             "INSERT INTO deliveries (at, bytes, sha256) VALUES (?, ?, ?) RETURNING seq",
             vec![
-                event.received_at.into(),
+                now.into(),
                 (event.body.len() as i64).into(),
                 event.body_sha256.as_str().into(),
             ],
@@ -254,13 +255,15 @@ impl Store {
     }
 
     /// A `failed` (or `dismissed`) event whose effect the ledger shows
-    /// committed after all: `done`, and no longer listed.
-    pub fn settle_as_done(&self, from: EventState, now: i64) -> Result<()> {
+    /// committed after all: `done`, and no longer listed. `done_at` is set
+    /// when given, else kept (a dismissal's time stays).
+    pub fn settle_as_done(&self, from: EventState, done_at: Option<i64>) -> Result<()> {
         self.tables.sql.exec(
-            "UPDATE event SET state = ?, done_at = ?, reported = 0 WHERE state = ?",
+            "UPDATE event SET state = ?, done_at = COALESCE(?, done_at), reported = 0
+             WHERE state = ?",
             vec![
                 EventState::Done.as_str().into(),
-                now.into(),
+                done_at.map_or(SqlStorageValue::Null, Into::into),
                 from.as_str().into(),
             ],
         )?;

@@ -39,7 +39,7 @@ async fn process(
         .as_string()
         .and_then(|text| serde_json::from_str(&text).ok());
     let Some(job) = job else {
-        log::error(&Line::new("outbox_bad_message").detail(message.id()));
+        log::error(&Line::new("outbox_bad_message").id(message.id()));
         message.ack();
         return;
     };
@@ -50,7 +50,8 @@ async fn process(
         Err(e) => {
             // D1 unreachable or the like: nothing was decided; try again
             // after a jittered first backoff, not at once into an outage.
-            log::error(&Line::new("outbox_error").idempotency_key(&job.key).error(e));
+            let line = Line::new("outbox_error").idempotency_key(&job.key);
+            log::error(&line.detail(e));
             retry(&message, settings.backoff_secs(1));
         }
     }
@@ -79,22 +80,23 @@ async fn handle(
 ) -> worker::Result<Next> {
     let now = now_ms();
     let Some(claim) = rows.claim(key, now, settings.lease_ms).await? else {
-        return Ok(match rows.current(key).await? {
-            // Held by another run: look again when its lease ends.
-            Some(Current {
-                status: OutboxStatus::Sending,
-                lease_until: Some(until),
-                ..
-            }) => Next::RetryIn(seconds_until(until as i64 - now)),
-            // Not due yet (an early redelivery, relay or replay): then.
-            Some(Current {
-                status: OutboxStatus::Pending,
-                next_attempt_at,
-                ..
-            }) => Next::RetryIn(seconds_until(next_attempt_at as i64 - now)),
-            // Sent, dead, or unknown: nothing to do.
-            _ => Next::Ack,
-        });
+        let Some(current) = rows.current(key).await? else {
+            return Ok(Next::Ack);
+        };
+        return Ok(
+            match (d1::from_stored(&current.status), current.lease_until) {
+                // Held by another run: look again when its lease ends.
+                (Some(OutboxStatus::Sending), Some(until)) => {
+                    Next::RetryIn(seconds_until(until as i64 - now))
+                }
+                // Not due yet (an early redelivery, relay or replay): then.
+                (Some(OutboxStatus::Pending), _) => {
+                    Next::RetryIn(seconds_until(current.next_attempt_at as i64 - now))
+                }
+                // Sent, dead, or a status this build does not know: nothing to do.
+                _ => Next::Ack,
+            },
+        );
     };
 
     let call = Call {
@@ -175,10 +177,11 @@ struct Claimed {
     lease_until: f64,
 }
 
-/// A row that could not be claimed, as it is.
+/// A row that could not be claimed, as it is. Its status is read as text,
+/// so that one this build does not know is acknowledged, not an error.
 #[derive(Deserialize)]
 struct Current {
-    status: OutboxStatus,
+    status: String,
     lease_until: Option<f64>,
     next_attempt_at: f64,
 }

@@ -34,8 +34,10 @@ fn is_form(req: &RawRequest) -> bool {
 const MAX_FORM_PARAMS: usize = 1_000;
 
 /// Decodes `application/x-www-form-urlencoded` pairs (`+` is a space), at
-/// most [`MAX_FORM_PARAMS`] of them. A malformed escape is kept as sent,
-/// as `form_urlencoded` does: the signature decides whether it is Twilio's.
+/// most [`MAX_FORM_PARAMS`] of them, as browsers and Twilio's own libraries
+/// do (`form_urlencoded`): a malformed escape is kept as sent, and escaped
+/// bytes that are not UTF-8 become U+FFFD. The signature covers the decoded
+/// parameters, so it decides whether they are what Twilio sent.
 fn form_pairs(body: &[u8]) -> Result<Vec<(String, String)>, Rejection> {
     std::str::from_utf8(body)
         .map_err(|_| Rejection::MalformedBody("form body is not UTF-8".into()))?;
