@@ -7,7 +7,7 @@ export CLOUDFLARE_CF_FETCH_ENABLED := false
 export WRANGLER_HIDE_BANNER := true
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: dev test setup build lint unit e2e bench fuzz-props fuzz soak
+.PHONY: dev test setup setup-test build lint unit config-check e2e bench fuzz-props fuzz soak deploy template-check
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
@@ -15,12 +15,18 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 dev: setup
 	node scripts/dev.mjs --port 8787
 
-## Every check: format, lints, host unit tests, then the built worker
-## end to end in workerd (Miniflare) with real D1 and Durable Objects.
-test: setup lint unit build e2e
+## Every check: format, lints, host unit tests, wrangler's deploy
+## validation, then the built worker end to end in workerd (Miniflare) with
+## real D1, Durable Objects and Queues.
+test: setup-test lint unit build config-check e2e
 
+## What running needs (make dev); setup-test adds the browser for the
+## dashboard test.
 setup:
 	sh scripts/setup.sh
+
+setup-test:
+	sh scripts/setup.sh --with-browser
 
 ## The wasm worker, and the self-test CLI (target/debug/selftest).
 build:
@@ -30,10 +36,16 @@ build:
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	cargo clippy -p idempotent-webhooks --target wasm32-unknown-unknown -- -D warnings
+	cargo clippy --target wasm32-unknown-unknown -- -D warnings
 
 unit:
 	cargo test --workspace
+
+## The built worker, its Durable Object class, migrations and bindings
+## through wrangler's own deploy validation, offline; the CI workflows parse.
+config-check:
+	node scripts/check-workflows.mjs
+	BUILD_IF_CHANGED=1 node_modules/.bin/wrangler deploy --dry-run --outdir target/dry-run
 
 e2e:
 	node --test --test-concurrency=1 tests/
@@ -52,6 +64,18 @@ fuzz: setup build
 ## runtime is SIGKILLed 6 times; checks exactly-once. See RELIABILITY.md.
 soak: setup build
 	node soak/run.mjs 10000
+
+## Deploy to your Cloudflare account (wrangler logs you in): creates the D1
+## database (its id written into wrangler.toml), queues and secrets that do
+## not exist yet, applies the migrations, deploys, and prints the webhook
+## URLs. Running it again changes nothing that exists.
+deploy: setup
+	PATH="$(CURDIR)/node_modules/.bin:$$PATH" node scripts/deploy.mjs
+
+## cargo generate from this checkout into a temporary directory, then the
+## copy's host tests, dry-run deploy and deploy test (about 6 minutes).
+template-check: setup
+	sh scripts/template-check.sh
 
 ## Throughput and latency against a local worker; see BENCHMARKS.md.
 bench: setup build

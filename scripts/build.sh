@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # BUILD_IF_CHANGED): skip the 13 s of wasm-bindgen and wasm-opt when no input
 # changed since the last successful build began. `make build` always builds.
 STAMP=target/worker-build.stamp
-if [ "${BUILD_IF_CHANGED:-}" = 1 ] && [ -f build/worker/shim.mjs ] && [ -f "$STAMP" ] &&
+if [ "${BUILD_IF_CHANGED:-}" = 1 ] && [ -f build/index.js ] && [ -f "$STAMP" ] &&
   [ -z "$(find src Cargo.toml Cargo.lock package-lock.json scripts/build.sh scripts/setup.sh -newer "$STAMP" | head -n 1)" ]; then
   echo "build/ is up to date"
   exit 0

@@ -1,10 +1,11 @@
 #!/bin/sh
 # Installs what building, running and testing the worker needs, skipping
-# whatever is already there: the wasm target, worker-build, wasm-bindgen-cli
-# (at the exact version Cargo.lock pins), Debian's Chromium, and the npm
-# packages (wrangler, miniflare, binaryen's wasm-opt, esbuild,
-# playwright-core). Everything comes from crates.io, Debian and npm; nothing
-# is downloaded from anywhere else.
+# whatever is already there: the pinned Rust toolchain and its wasm target,
+# worker-build, wasm-bindgen-cli (at the exact version Cargo.lock pins), the
+# npm packages (wrangler, miniflare, binaryen's wasm-opt, esbuild,
+# playwright-core, yaml), and with --with-browser (`make test`, not
+# `make dev`) Debian's Chromium. Everything comes from crates.io, Debian and
+# npm; nothing is downloaded from anywhere else.
 set -eu
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -12,7 +13,23 @@ export PATH="$HOME/.cargo/bin:$PATH"
 WORKER_BUILD_VERSION=0.8.7
 WASM_BINDGEN_VERSION=$(sed -n '/^name = "wasm-bindgen"$/{n;s/^version = "\(.*\)"$/\1/p;}' Cargo.lock)
 
-if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+# The toolchain rust-toolchain.toml pins, with its wasm target, rustfmt and
+# clippy. Where the machine's stable toolchain is that very version, it
+# stands in under the pinned name (no download: this project's CI reaches
+# crates.io, not rustup's servers); otherwise rustup installs it. Asked from
+# / so that the pin itself does not trigger an install first.
+TOOLCHAIN=$(sed -n 's/^channel = "\(.*\)"$/\1/p' rust-toolchain.toml)
+if ! (cd / && rustup toolchain list) | grep -q "^$TOOLCHAIN-"; then
+    HOST=$(cd / && rustc -vV | sed -n 's/^host: //p')
+    TOOLCHAINS="${RUSTUP_HOME:-$HOME/.rustup}/toolchains"
+    if [ "$(cd / && rustc +stable --version | cut -d' ' -f2)" = "$TOOLCHAIN" ]; then
+        ln -s "$TOOLCHAINS/stable-$HOST" "$TOOLCHAINS/$TOOLCHAIN-$HOST"
+    else
+        (cd / && rustup toolchain install "$TOOLCHAIN" --profile minimal \
+            --component rustfmt,clippy --target wasm32-unknown-unknown)
+    fi
+fi
+if [ ! -d "$(rustc --print sysroot)/lib/rustlib/wasm32-unknown-unknown" ]; then
     rustup target add wasm32-unknown-unknown
 fi
 
@@ -26,8 +43,9 @@ if ! wasm-bindgen --version 2>/dev/null | grep -qx "wasm-bindgen $WASM_BINDGEN_V
     cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi
 
-# The dashboard test drives Debian's Chromium (no browser is downloaded).
-if ! command -v chromium >/dev/null 2>&1; then
+# The dashboard test (`make test`, not `make dev`) drives Debian's Chromium,
+# or the browser CHROMIUM names; no browser is downloaded.
+if [ "${1:-}" = --with-browser ] && [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
     SUDO=""
     [ "$(id -u)" = 0 ] || SUDO=sudo
     $SUDO apt-get update

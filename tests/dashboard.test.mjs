@@ -45,7 +45,9 @@ before(async () => {
     20_000,
     "a dead side effect and a failed event",
   );
-  const executablePath = execFileSync("sh", ["-c", "command -v chromium"], { encoding: "utf8" }).trim();
+  // CHROMIUM: another Chromium-based browser (CI's preinstalled Chrome).
+  const executablePath =
+    process.env.CHROMIUM || execFileSync("sh", ["-c", "command -v chromium"], { encoding: "utf8" }).trim();
   browser = await chromium.launch({
     executablePath,
     args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"],

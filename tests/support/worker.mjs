@@ -5,6 +5,9 @@ import { readdirSync, readFileSync } from "node:fs";
 import { Miniflare, Response } from "miniflare";
 import { unstable_getMiniflareWorkerOptions, unstable_readConfig, unstable_splitSqlQuery } from "wrangler";
 
+/** The dead-letter queue the project's wrangler.toml names. */
+const DLQ = unstable_readConfig({ config: "wrangler.toml" }).queues.consumers[0].dead_letter_queue;
+
 export const SECRETS = {
   STRIPE_WEBHOOK_SECRET: "whsec_test_current, whsec_test_previous",
   GITHUB_WEBHOOK_SECRET: "gh_test_secret",
@@ -74,7 +77,7 @@ export async function startWorker(vars = {}, options = {}) {
         ...workerOptions,
         name: "webhooks",
         modules: true,
-        scriptPath: "build/worker/shim.mjs",
+        scriptPath: "build/index.js",
         modulesRoot: "build",
         modulesRules: [
           { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
@@ -98,7 +101,7 @@ export async function startWorker(vars = {}, options = {}) {
         name: "dlq-recorder",
         modules: true,
         script: DLQ_RECORDER,
-        queueConsumers: { "webhook-outbox-dlq": { maxBatchTimeout: 1 } },
+        queueConsumers: { [DLQ]: { maxBatchTimeout: 1 } },
         outboundService,
       },
     ],

@@ -1,0 +1,97 @@
+#!/usr/bin/env node
+// A stand-in for `wrangler` on PATH, for the `make deploy` test: it records
+// each call (arguments and stdin) in $FAKE_WRANGLER_LOG and answers like the
+// real one (the shapes of wrangler 4's `d1 list --json`, `d1 create`,
+// `queues list`, `secret list`, `deploy`), keeping the account's state in
+// $FAKE_WRANGLER_STATE.
+import { randomUUID } from "node:crypto";
+import { appendFileSync, existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+
+const args = process.argv.slice(2);
+// Only `secret bulk` reads its input; every other call leaves stdin alone.
+const stdin = args.join(" ") === "secret bulk" ? readFileSync(0, "utf8") : "";
+appendFileSync(process.env.FAKE_WRANGLER_LOG, `${JSON.stringify({ args, stdin })}\n`);
+const STATE = process.env.FAKE_WRANGLER_STATE;
+const state = existsSync(STATE)
+  ? JSON.parse(readFileSync(STATE, "utf8"))
+  : { databases: [], queues: [], secrets: [], migrated: [], deployed: false };
+const save = () => writeFileSync(STATE, JSON.stringify(state));
+const fail = (message) => {
+  console.error(`✘ [ERROR] ${message}`);
+  process.exit(1);
+};
+
+const command = args.filter((a) => !a.startsWith("--")).join(" ");
+switch (true) {
+  case command === "d1 list":
+    console.log(JSON.stringify(state.databases.map((d) => ({ ...d, version: "production", num_tables: 0, file_size: 0 })), null, 2));
+    break;
+  case command.startsWith("d1 create "): {
+    const name = args[2];
+    if (state.databases.some((d) => d.name === name)) fail(`A database with that name already exists [code: 7502]`);
+    const uuid = randomUUID();
+    state.databases.push({ uuid, name, created_at: new Date().toISOString() });
+    save();
+    console.log(`✅ Successfully created DB '${name}' in region WEUR\nCreated your new D1 database.\n`);
+    console.log(`To access your new D1 Database in your Worker, add the following snippet to your configuration file:`);
+    console.log(`[[d1_databases]]\nbinding = "${name}"\ndatabase_name = "${name}"\ndatabase_id = "${uuid}"`);
+    break;
+  }
+  case command === "queues list": {
+    const rows = [["id", "name", "created_on", "modified_on", "producers", "consumers"]].concat(
+      state.queues.map((q) => [q.id, q.name, q.created_on, q.created_on, "0", "0"]),
+    );
+    const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)) + 2);
+    const line = (l, m, r) => l + widths.map((w) => "─".repeat(w)).join(m) + r;
+    const row = (cells) => `│${cells.map((c, i) => ` ${c.padEnd(widths[i] - 1)}`).join("│")}│`;
+    console.log([line("┌", "┬", "┐"), row(rows[0]), line("├", "┼", "┤"), ...rows.slice(1).map(row), line("└", "┴", "┘")].join("\n"));
+    break;
+  }
+  case command.startsWith("queues create "): {
+    const name = args[2];
+    if (state.queues.some((q) => q.name === name)) fail(`Queue name '${name}' is already taken [code: 11009]`);
+    state.queues.push({ id: randomUUID().replaceAll("-", ""), name, created_on: new Date().toISOString() });
+    save();
+    console.log(`🌀 Creating queue '${name}'\n✅ Created queue '${name}'`);
+    break;
+  }
+  case command === "d1 migrations apply DB": {
+    if (!args.includes("--remote")) fail("expected --remote");
+    const toml = readFileSync("wrangler.toml", "utf8");
+    const id = toml.match(/^database_id\s*=\s*"(.*)"$/m)?.[1];
+    if (!state.databases.some((d) => d.uuid === id)) fail(`Couldn't find DB with ID ${id} [code: 7404]`);
+    const pending = readdirSync("migrations").filter((m) => !state.migrated.includes(m));
+    state.migrated.push(...pending);
+    save();
+    console.log(pending.length ? `✅ Applied ${pending.length} migrations!` : "✅ No migrations to apply!");
+    break;
+  }
+  case command === "secret list":
+    if (!state.deployed) fail("This Worker does not exist on your account. [code: 10007]");
+    console.log(JSON.stringify(state.secrets.map((name) => ({ name, type: "secret_text" })), null, "  "));
+    break;
+  case command === "secret bulk": {
+    if (!state.deployed) fail("This Worker does not exist on your account. [code: 10007]");
+    const secrets = JSON.parse(stdin);
+    for (const name of Object.keys(secrets)) {
+      if (!state.secrets.includes(name)) state.secrets.push(name);
+      console.log(`✨ Successfully created secret for key: ${name}`);
+    }
+    save();
+    break;
+  }
+  case command === "deploy": {
+    const name = readFileSync("wrangler.toml", "utf8").match(/^name\s*=\s*"(.*)"$/m)[1];
+    state.deployed = true;
+    save();
+    console.log("Total Upload: 655.92 KiB / gzip: 252.01 KiB");
+    console.log(`Uploaded ${name} (3.21 sec)`);
+    console.log(`Deployed ${name} triggers (1.02 sec)`);
+    console.log(`  https://${name}.example.workers.dev`);
+    console.log("  schedule: * * * * *");
+    console.log(`Current Version ID: ${randomUUID()}`);
+    break;
+  }
+  default:
+    fail(`the stand-in does not know \`wrangler ${args.join(" ")}\``);
+}
