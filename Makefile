@@ -73,7 +73,8 @@ deploy: setup
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" node scripts/deploy.mjs
 
 ## cargo generate from this checkout into a temporary directory, then the
-## copy's host tests, dry-run deploy and deploy test (about 6 minutes).
+## copy's host tests, dry-run deploy, receiver tests in workerd and deploy
+## test (about 4 minutes; 4 more to install cargo-generate the first time).
 template-check: setup
 	sh scripts/template-check.sh
 

@@ -9,7 +9,8 @@ const load = (name) => parse(readFileSync(`.github/workflows/${name}`, "utf8"));
 const runs = (job) => job.steps.map((s) => s.run ?? "").join("\n");
 
 const ci = load("ci.yml");
-assert.ok("push" in ci.on && "pull_request" in ci.on, "ci.yml runs on push and pull request");
+assert.deepEqual(ci.on.push.branches, ["main"], "ci.yml runs on push to main");
+assert.ok("pull_request" in ci.on, "ci.yml runs on pull requests");
 assert.match(runs(ci.jobs.test), /^make test$/m, "ci.yml runs the README's test command");
 assert.match(readFileSync("README.md", "utf8"), /^make test\b/m, "the README's test command is make test");
 

@@ -14,19 +14,23 @@ WORKER_BUILD_VERSION=0.8.7
 WASM_BINDGEN_VERSION=$(sed -n '/^name = "wasm-bindgen"$/{n;s/^version = "\(.*\)"$/\1/p;}' Cargo.lock)
 
 # The toolchain rust-toolchain.toml pins, with its wasm target, rustfmt and
-# clippy. Where the machine's stable toolchain is that very version, it
-# stands in under the pinned name (no download: this project's CI reaches
-# crates.io, not rustup's servers); otherwise rustup installs it. Asked from
-# / so that the pin itself does not trigger an install first.
+# clippy, installed by rustup. Where rustup cannot download it (a machine
+# that reaches crates.io but not rustup's servers) and the machine's stable
+# toolchain is that very version, stable stands in under the pinned name.
+# Asked from / so that the pin itself does not trigger an install first.
 TOOLCHAIN=$(sed -n 's/^channel = "\(.*\)"$/\1/p' rust-toolchain.toml)
 if ! (cd / && rustup toolchain list) | grep -q "^$TOOLCHAIN-"; then
-    HOST=$(cd / && rustc -vV | sed -n 's/^host: //p')
-    TOOLCHAINS="${RUSTUP_HOME:-$HOME/.rustup}/toolchains"
-    if [ "$(cd / && rustc +stable --version | cut -d' ' -f2)" = "$TOOLCHAIN" ]; then
-        ln -s "$TOOLCHAINS/stable-$HOST" "$TOOLCHAINS/$TOOLCHAIN-$HOST"
-    else
-        (cd / && rustup toolchain install "$TOOLCHAIN" --profile minimal \
-            --component rustfmt,clippy --target wasm32-unknown-unknown)
+    if ! (cd / && rustup toolchain install "$TOOLCHAIN" --profile minimal \
+        --component rustfmt,clippy --target wasm32-unknown-unknown); then
+        HOST=$(cd / && rustc -vV | sed -n 's/^host: //p')
+        TOOLCHAINS="${RUSTUP_HOME:-$HOME/.rustup}/toolchains"
+        if [ -d "$TOOLCHAINS/stable-$HOST" ] &&
+            [ "$("$TOOLCHAINS/stable-$HOST/bin/rustc" --version | cut -d' ' -f2)" = "$TOOLCHAIN" ]; then
+            ln -s "$TOOLCHAINS/stable-$HOST" "$TOOLCHAINS/$TOOLCHAIN-$HOST"
+        else
+            echo "setup: Rust $TOOLCHAIN could not be installed" >&2
+            exit 1
+        fi
     fi
 fi
 if [ ! -d "$(rustc --print sysroot)/lib/rustlib/wasm32-unknown-unknown" ]; then

@@ -31,31 +31,49 @@ before(() => {
     PATH: `${join(dir, "bin")}:${process.env.PATH}`,
     FAKE_WRANGLER_LOG: join(dir, "calls.jsonl"),
     FAKE_WRANGLER_STATE: join(dir, "account.json"),
+    FAKE_LOGGED_IN: "1",
     STRIPE_WEBHOOK_SECRET: "whsec_deploy_test_stripe",
     GITHUB_WEBHOOK_SECRET: "deploy-test-github-secret",
   };
-  delete env.ADMIN_TOKEN;
+  for (const name of ["ADMIN_TOKEN", "EMAIL_API_KEY", "NOTIFY_URL", "CLOUDFLARE_ACCOUNT_ID", "CLOUDFLARE_API_TOKEN"]) {
+    delete env[name];
+  }
 });
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-/** Runs `make deploy`'s script in the copy; its output and the calls it made. */
-async function deploy() {
+/** Runs `make deploy`'s script in the copy: its exit code, output and the
+ * calls it made. `extra`: more environment. */
+async function run(extra = {}) {
   rmSync(env.FAKE_WRANGLER_LOG, { force: true });
-  const out = await new Promise((done, fail) =>
-    execFile("node", [join(ROOT, "scripts/deploy.mjs")], { cwd: dir, env, timeout: 60_000 }, (error, stdout, stderr) =>
-      error ? fail(new Error(`${error.message}\n${stdout}\n${stderr}`)) : done(stdout),
+  const { code, out, err } = await new Promise((done) =>
+    execFile("node", [join(ROOT, "scripts/deploy.mjs")], { cwd: dir, env: { ...env, ...extra }, timeout: 60_000 }, (error, stdout, stderr) =>
+      done({ code: error ? error.code : 0, out: stdout, err: stderr }),
     ),
   );
   const calls = readFileSync(env.FAKE_WRANGLER_LOG, "utf8").trim().split("\n").map((l) => JSON.parse(l));
-  return { out, calls, commands: calls.map((c) => c.args.join(" ")) };
+  return { code, out, err, calls, commands: calls.map((c) => c.args.join(" ")) };
+}
+
+async function deploy(extra) {
+  const result = await run(extra);
+  assert.equal(result.code, 0, `${result.out}\n${result.err}`);
+  return result;
 }
 
 const account = () => JSON.parse(readFileSync(env.FAKE_WRANGLER_STATE, "utf8"));
 const toml = () => readFileSync(join(dir, "wrangler.toml"), "utf8");
 
+test("not logged in, and no terminal to log in at: it says so and creates nothing", async () => {
+  const { code, err, commands } = await run({ FAKE_LOGGED_IN: "0" });
+  assert.notEqual(code, 0);
+  assert.match(err, /not logged in: run `npx wrangler login`, or set CLOUDFLARE_API_TOKEN/);
+  assert.deepEqual(commands, ["whoami --json"]);
+});
+
 test("a first deploy creates what is missing, sets the secrets, deploys and prints the URLs", async () => {
   const { out, calls, commands } = await deploy();
   assert.deepEqual(commands, [
+    "whoami --json",
     "d1 list --json",
     `d1 create ${DATABASE}`,
     "queues list",
@@ -63,13 +81,13 @@ test("a first deploy creates what is missing, sets the secrets, deploys and prin
     `queues create ${DLQ}`,
     "d1 migrations apply DB --remote",
     "secret list",
-    "deploy",
     "secret bulk",
+    "deploy",
   ]);
   const [db] = account().databases;
   assert.match(toml(), new RegExp(`^database_id = "${db.uuid}"$`, "m"), "the new id is in wrangler.toml");
   assert.equal(account().migrated.length, 5);
-  const uploaded = JSON.parse(calls.at(-1).stdin);
+  const uploaded = JSON.parse(calls.find((c) => c.args.join(" ") === "secret bulk").stdin);
   assert.deepEqual(Object.keys(uploaded).sort(), ["ADMIN_TOKEN", "GITHUB_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET"]);
   assert.equal(uploaded.STRIPE_WEBHOOK_SECRET, env.STRIPE_WEBHOOK_SECRET);
   assert.ok(uploaded.ADMIN_TOKEN.length >= 40, "a generated admin token");
@@ -79,20 +97,38 @@ test("a first deploy creates what is missing, sets the secrets, deploys and prin
   }
   const url = `https://${CONFIG.name}.example.workers.dev`;
   for (const source of ["stripe", "github"]) {
-    assert.ok(out.includes(`${source}`.padEnd(18) + ` ${url}/webhooks/${source}`), `${source}'s URL`);
+    assert.match(out, new RegExp(`${source} \\(${source}\\)\\s+${url}/webhooks/${source}\n`), `${source}'s URL`);
   }
 });
 
 test("a second deploy changes nothing that exists", async () => {
   const before = { account: account(), toml: toml() };
-  const { commands } = await deploy();
-  assert.deepEqual(commands, ["d1 list --json", "queues list", "d1 migrations apply DB --remote", "secret list", "deploy"]);
+  // One queue per page of `queues list`: both are found on later pages.
+  const { commands } = await deploy({ FAKE_QUEUE_PAGE_SIZE: "1" });
+  assert.deepEqual(commands, [
+    "whoami --json",
+    "d1 list --json",
+    "queues list",
+    "queues list --page 2",
+    "d1 migrations apply DB --remote",
+    "secret list",
+    "deploy",
+  ]);
   assert.equal(toml(), before.toml);
   const now = account();
   assert.deepEqual(now.databases, before.account.databases);
   assert.deepEqual(now.queues, before.account.queues);
   assert.deepEqual(now.secrets, before.account.secrets);
   assert.deepEqual(now.migrated, before.account.migrated);
+});
+
+test("a failing secret list stops the deploy: no secret is replaced", async () => {
+  const before = account().secrets;
+  const { code, err, commands } = await run({ FAKE_FAIL: "secret list" });
+  assert.notEqual(code, 0);
+  assert.match(err, /`wrangler secret list` failed/);
+  assert.ok(!commands.includes("secret bulk") && !commands.includes("deploy"), commands.join());
+  assert.deepEqual(account().secrets, before);
 });
 
 test("a database made elsewhere is found by name, not created twice", async () => {

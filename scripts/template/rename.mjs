@@ -1,16 +1,29 @@
-// Renames a generated copy after its project: `node rename.mjs <name> <date>`
+// Renames a generated copy after its project: `node rename.mjs <name> <today>`
 // (run by hook.rhai). The worker, the Cargo package (and so the crate the
 // tests import), the npm package, the D1 database and the queues take the
-// name; compatibility_date becomes <date>. Each replacement must match, so a
-// template whose files changed shape fails here rather than half renamed.
-import { readFileSync, writeFileSync } from "node:fs";
+// name; compatibility_date becomes today — or, if that is later, the newest
+// date the locked local runtime (workerd) supports, which refuses any later
+// one. Each replacement must match, so a template whose files changed shape
+// fails here rather than half renamed. The template's own check
+// (`make template-check`) is removed from the copy.
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 
-const [name, date] = process.argv.slice(2);
-if (!/^[a-z][a-z0-9-]{0,62}$/.test(name ?? "") || !/^\d{4}-\d{2}-\d{2}$/.test(date ?? "")) {
-  console.error("usage: node rename.mjs <name: lowercase letters, digits, -> <date: YYYY-MM-DD>");
+const [name, today] = process.argv.slice(2);
+// Queue names stop at 63 characters, and the longest is `<name>-outbox-dlq`.
+if (!/^[a-z][a-z0-9-]{0,51}$/.test(name ?? "") || !/^\d{4}-\d{2}-\d{2}$/.test(today ?? "")) {
+  console.error("usage: node rename.mjs <name: up to 52 lowercase letters, digits, -> <today: YYYY-MM-DD>");
   process.exit(2);
 }
 const crate = name.replaceAll("-", "_");
+const workerd = readFileSync("package-lock.json", "utf8").match(
+  /"node_modules\/workerd": \{\s*"version": "1\.(\d{4})(\d{2})(\d{2})\./,
+);
+if (!workerd) {
+  console.error("rename: no workerd version in package-lock.json");
+  process.exit(1);
+}
+const supported = `${workerd[1]}-${workerd[2]}-${workerd[3]}`;
+const date = today < supported ? today : supported;
 
 const RENAMES = {
   "Cargo.toml": [[/^name = "idempotent-webhooks"$/m, `name = "${name}"`]],
@@ -26,6 +39,10 @@ const RENAMES = {
   ],
   "tests/property_fuzz/main.rs": [[/\bidempotent_webhooks::/g, `${crate}::`]],
   "tests/property_fuzz/requests.rs": [[/\bidempotent_webhooks::/g, `${crate}::`]],
+  Makefile: [
+    [/ template-check\b/, ""],
+    [/^## cargo generate from this checkout[^]*?template-check\.sh\n\n/m, ""],
+  ],
 };
 
 for (const [file, replacements] of Object.entries(RENAMES)) {
@@ -40,4 +57,5 @@ for (const [file, replacements] of Object.entries(RENAMES)) {
   }
   writeFileSync(file, text);
 }
+rmSync("scripts/template-check.sh");
 console.log(`renamed to ${name}; compatibility_date ${date}`);

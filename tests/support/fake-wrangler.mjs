@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // A stand-in for `wrangler` on PATH, for the `make deploy` test: it records
-// each call (arguments and stdin) in $FAKE_WRANGLER_LOG and answers like the
-// real one (the shapes of wrangler 4's `d1 list --json`, `d1 create`,
-// `queues list`, `secret list`, `deploy`), keeping the account's state in
-// $FAKE_WRANGLER_STATE.
+// each call (arguments and stdin) in $FAKE_WRANGLER_LOG and answers like
+// wrangler 4.86 (the shapes of `whoami --json`, `d1 list --json`,
+// `d1 create`, `queues list`, `secret list`, `secret bulk`, `deploy`, and
+// their errors), keeping the account's state in $FAKE_WRANGLER_STATE.
+// $FAKE_LOGGED_IN=1: a session exists; $FAKE_FAIL: a command that fails.
 import { randomUUID } from "node:crypto";
 import { appendFileSync, existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 
@@ -14,14 +15,28 @@ appendFileSync(process.env.FAKE_WRANGLER_LOG, `${JSON.stringify({ args, stdin })
 const STATE = process.env.FAKE_WRANGLER_STATE;
 const state = existsSync(STATE)
   ? JSON.parse(readFileSync(STATE, "utf8"))
-  : { databases: [], queues: [], secrets: [], migrated: [], deployed: false };
+  : { databases: [], queues: [], secrets: [], migrated: [], worker: null };
 const save = () => writeFileSync(STATE, JSON.stringify(state));
 const fail = (message) => {
   console.error(`✘ [ERROR] ${message}`);
   process.exit(1);
 };
 
-const command = args.filter((a) => !a.startsWith("--")).join(" ");
+// The command without its flags (and without `--page`'s value).
+const command = args.filter((a, i) => !a.startsWith("--") && args[i - 1] !== "--page").join(" ");
+const worker = () => readFileSync("wrangler.toml", "utf8").match(/^name\s*=\s*"(.*)"$/m)[1];
+if (process.env.FAKE_FAIL === command) fail("A request to the Cloudflare API failed. [code: 10000]");
+if (command === "whoami") {
+  if (process.env.FAKE_LOGGED_IN !== "1") {
+    console.log(JSON.stringify({ loggedIn: false }));
+    process.exit(1);
+  }
+  console.log(JSON.stringify({ loggedIn: true, authType: "OAuth Token", email: "dev@example.com", accounts: [{ id: "0123456789abcdef0123456789abcdef", name: "Dev" }] }));
+  process.exit(0);
+}
+if (process.env.FAKE_LOGGED_IN !== "1") {
+  fail("In a non-interactive environment, it's necessary to set a CLOUDFLARE_API_TOKEN environment variable for wrangler to work.");
+}
 switch (true) {
   case command === "d1 list":
     console.log(JSON.stringify(state.databases.map((d) => ({ ...d, version: "production", num_tables: 0, file_size: 0 })), null, 2));
@@ -38,8 +53,10 @@ switch (true) {
     break;
   }
   case command === "queues list": {
+    const size = Number(process.env.FAKE_QUEUE_PAGE_SIZE ?? 100);
+    const page = args.includes("--page") ? Number(args[args.indexOf("--page") + 1]) : 1;
     const rows = [["id", "name", "created_on", "modified_on", "producers", "consumers"]].concat(
-      state.queues.map((q) => [q.id, q.name, q.created_on, q.created_on, "0", "0"]),
+      state.queues.slice((page - 1) * size, page * size).map((q) => [q.id, q.name, q.created_on, q.created_on, "0", "0"]),
     );
     const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)) + 2);
     const line = (l, m, r) => l + widths.map((w) => "─".repeat(w)).join(m) + r;
@@ -67,11 +84,14 @@ switch (true) {
     break;
   }
   case command === "secret list":
-    if (!state.deployed) fail("This Worker does not exist on your account. [code: 10007]");
+    if (!state.worker) {
+      fail(`Worker "${worker()}" not found.\n\nIf this is a new Worker, run \`wrangler deploy\` first to create it.`);
+    }
     console.log(JSON.stringify(state.secrets.map((name) => ({ name, type: "secret_text" })), null, "  "));
     break;
   case command === "secret bulk": {
-    if (!state.deployed) fail("This Worker does not exist on your account. [code: 10007]");
+    // On a worker that does not exist yet, wrangler creates a draft of it.
+    state.worker ??= "draft";
     const secrets = JSON.parse(stdin);
     for (const name of Object.keys(secrets)) {
       if (!state.secrets.includes(name)) state.secrets.push(name);
@@ -81,8 +101,8 @@ switch (true) {
     break;
   }
   case command === "deploy": {
-    const name = readFileSync("wrangler.toml", "utf8").match(/^name\s*=\s*"(.*)"$/m)[1];
-    state.deployed = true;
+    const name = worker();
+    state.worker = "deployed";
     save();
     console.log("Total Upload: 655.92 KiB / gzip: 252.01 KiB");
     console.log(`Uploaded ${name} (3.21 sec)`);
