@@ -57,5 +57,22 @@ for (const [file, replacements] of Object.entries(RENAMES)) {
   }
   writeFileSync(file, text);
 }
+// Cargo keeps its lockfile's packages sorted by name then version: moved to
+// its new name's place, the root package leaves the copy's tree clean.
+const SEPARATOR = "\n[[package]]\n";
+const [head, ...packages] = readFileSync("Cargo.lock", "utf8").split(SEPARATOR);
+const id = (block) => {
+  const [, name, version] = block.match(/^name = "(.*)"\nversion = "(.*)"$/m);
+  return { name, version: version.split(/[.+-]/).map((part) => (/^\d+$/.test(part) ? Number(part) : part)) };
+};
+const byId = (a, b) => {
+  const [x, y] = [id(a), id(b)];
+  if (x.name !== y.name) return x.name < y.name ? -1 : 1;
+  for (let i = 0; i < Math.max(x.version.length, y.version.length); i++) {
+    if (x.version[i] !== y.version[i]) return (x.version[i] ?? -1) < (y.version[i] ?? -1) ? -1 : 1;
+  }
+  return 0;
+};
+writeFileSync("Cargo.lock", [head, ...packages.sort(byId)].join(SEPARATOR));
 rmSync("scripts/template-check.sh");
 console.log(`renamed to ${name}; compatibility_date ${date}`);
