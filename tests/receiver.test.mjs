@@ -57,6 +57,11 @@ describe("a single delivery", () => {
     const state = await w.inboxState("stripe:evt_single");
     assert.equal(state.state, "done");
     assert.equal(state.deliveries, 1);
+    // The alarm armed before the attempt (EFFECT_RETRY_BASE_MS, 200 ms here)
+    // was moved to the retention deadline when the effect committed: the
+    // object is not woken again just to find the event done.
+    const retention = 30 * 24 * 60 * 60 * 1000;
+    assert.ok(Math.abs(state.next_wake_up_at - (state.done_at + retention)) < 60_000, JSON.stringify(state));
   });
 
   test("replayed sequentially is a duplicate and changes nothing", async () => {

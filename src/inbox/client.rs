@@ -67,6 +67,9 @@ pub struct InboxState {
     pub deliveries: i64,
     /// The first delivery, then the last `DELIVERIES_KEPT` later ones.
     pub delivery_log: Vec<LoggedDelivery>,
+    /// When the object's alarm fires next (ms): a retry, a report, or the
+    /// retention deadline. Set while the event is held.
+    pub next_wake_up_at: Option<i64>,
     /// The body exactly as signed.
     pub body: String,
 }

@@ -82,7 +82,7 @@ impl DurableObject for EventInbox {
                 let handoff: Handoff = serde_json::from_str(&req.text().await?)?;
                 self.receive(handoff).await
             }
-            (Method::Get, client::STATE) => match self.inbox_state()? {
+            (Method::Get, client::STATE) => match self.inbox_state().await? {
                 Some(state) => Response::from_json(&state),
                 None => Response::error("no event", 404),
             },
@@ -182,16 +182,21 @@ impl EventInbox {
         let answer = match claim {
             Claim::First => {
                 // Armed before the first attempt, so a crash from here on is
-                // retried. The alarm finds the event done and re-arms for the
-                // retention deadline: one storage write fewer on the reply's path.
+                // retried.
                 self.set_alarm_in(settings.retry_base_ms).await?;
                 if fault == Some(Fault::LoseReply) {
                     return Err("injected fault: the reply is lost".into());
                 }
                 let source = event.source.clone();
-                self.attempt_effect(event, fault, settings)
-                    .await?
-                    .answer(&source)
+                let tried = self.attempt_effect(event, fault, settings).await?;
+                if matches!(tried, Tried::Applied(_)) {
+                    // Moved to the retention deadline with the effect's own
+                    // writes, so the object is not woken again just to find
+                    // the event done.
+                    self.rest_after_success(settings.retry_base_ms, settings)
+                        .await?;
+                }
+                tried.answer(&source)
             }
             // A new copy of a failed event reopens it for one more attempt:
             // a merchant's "resend" after an outage is answered by applying it.
@@ -253,16 +258,22 @@ impl EventInbox {
         let backoff = settings.backoff_ms(row.effect_attempts.max(1));
         let tried = self.attempt_effect(row.event, fault, settings).await?;
         if matches!(tried, Tried::Applied(_)) {
-            // Still listed as failed (D1 refused the resolve): the alarm
-            // tries again soon, not a retention away.
-            let next = if self.store.reported()? {
-                backoff
-            } else {
-                settings.retention_ms
-            };
-            self.set_alarm_in(next).await?;
+            self.rest_after_success(backoff, settings).await?;
         }
         Ok(tried.answer(&source))
+    }
+
+    /// After an attempt that applied the effect: the next wake-up is the
+    /// retention deadline, counted from now, when the event finished — or,
+    /// while it is still listed as failed (D1 refused the resolve), a retry
+    /// of that after `backoff_ms`.
+    async fn rest_after_success(&self, backoff_ms: i64, settings: &InboxSettings) -> Result<()> {
+        let next = if self.store.reported()? {
+            backoff_ms
+        } else {
+            settings.retention_ms
+        };
+        self.set_alarm_in(next).await
     }
 
     /// An operator's decision not to apply a failed event. The state moves
@@ -305,7 +316,7 @@ impl EventInbox {
 
     /// The event's progress and its deliveries, without creating tables in
     /// an object that never held an event (or has forgotten it).
-    fn inbox_state(&self) -> Result<Option<InboxState>> {
+    async fn inbox_state(&self) -> Result<Option<InboxState>> {
         let Some(row) = self.store.held()? else {
             return Ok(None);
         };
@@ -333,6 +344,7 @@ impl EventInbox {
             reported: row.reported,
             deliveries: later + 1,
             delivery_log,
+            next_wake_up_at: self.state.storage().get_alarm().await?,
             body: row.event.body,
         }))
     }
