@@ -162,8 +162,10 @@ const drain = (out, err) =>
   process.env.BENCH_LOGS ? (out.pipe(process.stdout), err.pipe(process.stderr)) : (out.resume(), err.resume());
 // Requests go straight to the worker's own socket, not through Miniflare's
 // entry worker (a hop that exists only locally, not on Cloudflare).
+// BENCH_LOG_LEVEL: the worker's LOG_LEVEL (info, the default, or warn).
+const LOG_VARS = process.env.BENCH_LOG_LEVEL ? { LOG_LEVEL: process.env.BENCH_LOG_LEVEL } : {};
 const w = await startWorker(
-  {},
+  LOG_VARS,
   {
     unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }],
     handleRuntimeStdio: drain,
@@ -225,7 +227,7 @@ async function drainOutbox(worker) {
 // Its own worker, so that the figures above are not mixed with these.
 async function sideEffectLatency(count, perSecond) {
   const fx = await startWorker(
-    { EMAIL_API_URL: "http://email.test" },
+    { EMAIL_API_URL: "http://email.test", ...LOG_VARS },
     {
       unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }],
       handleRuntimeStdio: drain,

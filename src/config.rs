@@ -6,6 +6,7 @@ use std::str::FromStr;
 
 use worker::Env;
 
+use crate::log::Level;
 use crate::signature::Secrets;
 
 /// The Durable Object namespace of the event inboxes.
@@ -45,6 +46,9 @@ pub struct Limits {
 
 impl Limits {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        // Checked with the limits, so that a bad value refuses deliveries
+        // as misconfigured instead of passing unnoticed.
+        log_level(env)?;
         Ok(Limits {
             max_body_bytes: number(env, "MAX_BODY_BYTES", 1024 * 1024)?,
             tolerance_secs: number(env, "SIGNATURE_TOLERANCE_SECS", 300)?,
@@ -128,6 +132,16 @@ impl OutboxSettings {
     /// aborted well before another consumer may take the row over.
     pub fn call_timeout_ms(&self) -> u32 {
         u32::try_from(self.lease_ms / 2).unwrap_or(u32::MAX).max(1)
+    }
+}
+
+/// How much is logged (`LOG_LEVEL`: `info`, the default, or `warn`; see
+/// `log`).
+pub fn log_level(env: &Env) -> Result<Level, ConfigError> {
+    match text(env, "LOG_LEVEL") {
+        None => Ok(Level::Info),
+        Some(value) => crate::d1::from_stored(value.trim())
+            .ok_or_else(|| ConfigError("LOG_LEVEL must be info or warn".into())),
     }
 }
 

@@ -65,6 +65,7 @@ fn start() {
 
 #[event(fetch)]
 async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
+    log::configure(&env);
     let path = req.path();
     let reads_body =
         req.method() == Method::Post && (path.starts_with("/webhooks/") || path == "/admin/login");
@@ -103,6 +104,7 @@ async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
 /// The outbox consumer: performs side effects, each under its own key.
 #[event(queue)]
 async fn queue(batch: MessageBatch<JsValue>, env: Env, _ctx: Context) -> Result<()> {
+    log::configure(&env);
     outbox::consumer::consume(batch, &env).await
 }
 
@@ -110,6 +112,7 @@ async fn queue(batch: MessageBatch<JsValue>, env: Env, _ctx: Context) -> Result<
 /// message was lost.
 #[event(scheduled)]
 async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    log::configure(&env);
     if let Err(e) = outbox::relay::run(&env).await {
         log::error(&log::Line::new("outbox_relay_failed").error(e));
     }

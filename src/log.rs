@@ -2,16 +2,52 @@
 //! secret, never a payload. `wrangler tail` and Workers Logs index the
 //! fields, so their names are stable. A delivery's own line is
 //! `receive::DeliveryLine`; every other line is a [`Line`].
+//!
+//! `LOG_LEVEL` says how much: `info` (the default) logs every delivery and
+//! every side effect sent; `warn` only what needs a look — refusals,
+//! failures, relayed side effects, dead ones, errors.
 
-use serde::Serialize;
+use std::cell::Cell;
 
-/// Writes `line` to the log (`console.log`).
-pub fn info(line: &impl Serialize) {
-    worker::console_log!("{}", serde_json::to_string(line).unwrap_or_default());
+use serde::{Deserialize, Serialize};
+
+/// How much is logged (`LOG_LEVEL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Info,
+    Warn,
 }
 
-/// Writes `line` to the error stream (`console.error`): failures, and what
-/// an operator must act on.
+thread_local! {
+    static LEVEL: Cell<Level> = const { Cell::new(Level::Info) };
+}
+
+/// Sets this isolate's level from `LOG_LEVEL`; every entry point (a
+/// request, a queue batch, a cron run, a Durable Object) calls it. A bad
+/// value logs everything (deliveries refuse it as misconfigured, see
+/// `config::Limits`).
+pub fn configure(env: &worker::Env) {
+    let level = crate::config::log_level(env).unwrap_or(Level::Info);
+    LEVEL.with(|current| current.set(level));
+}
+
+/// Writes `line` to the log (`console.log`), at `info` only.
+pub fn info(line: &impl Serialize) {
+    if LEVEL.with(Cell::get) == Level::Info {
+        worker::console_log!("{}", serde_json::to_string(line).unwrap_or_default());
+    }
+}
+
+/// Writes `line` as a warning (`console.warn`), at any level: what an
+/// operator should look at, though nothing failed inside the worker (a
+/// refused delivery, a relayed side effect).
+pub fn warn(line: &impl Serialize) {
+    worker::console_warn!("{}", serde_json::to_string(line).unwrap_or_default());
+}
+
+/// Writes `line` to the error stream (`console.error`), at any level:
+/// failures, and what an operator must act on.
 pub fn error(line: &impl Serialize) {
     worker::console_error!("{}", serde_json::to_string(line).unwrap_or_default());
 }

@@ -18,6 +18,7 @@ use crate::event::{self, VerifiedEvent};
 use crate::fault::Fault;
 use crate::http::{self, BodyError};
 use crate::inbox::client::{self, Answer, DeliveryError};
+use crate::inbox::state::Outcome;
 use crate::providers::{self, Identity, RawRequest, Rejection, VerifyContext};
 use crate::{log, sources, stats};
 
@@ -180,7 +181,12 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
         secret: trace.secret,
         latency_ms,
     };
-    log::info(&line);
+    // Every delivery at `info`; a refused or failed one at any level.
+    if refusal.is_some() || outcome == Outcome::Failed.as_str() {
+        log::warn(&line);
+    } else {
+        log::info(&line);
+    }
     if replayed_body_of.is_some() {
         stats::count(source, "replayed_body");
     }

@@ -741,3 +741,41 @@ describe("the dashboard resolves a failed event", () => {
     }
   });
 });
+
+describe("LOG_LEVEL", () => {
+  test("warn keeps refusals and failures, and drops the lines of deliveries that went well", async () => {
+    const quiet = await startWorker({ LOG_LEVEL: "warn", EMAIL_API_URL: "http://email.test" });
+    try {
+      const body = checkoutCompleted();
+      const id = JSON.parse(body).id;
+      assert.equal((await sendStripe(quiet, body)).body.outcome, "processed");
+      assert.equal((await sendStripe(quiet, body)).body.outcome, "duplicate");
+      const forged = await quiet.post("/webhooks/stripe", body, stripeHeaders(body, "whsec_not_the_secret")).then(reply);
+      assert.equal(forged.status, 401);
+      await eventually(() => quiet.target.calls.some((c) => c.url.startsWith("http://email.test")), 10_000, "the receipt");
+      const deliveries = quiet.logged("delivery");
+      assert.deepEqual(
+        deliveries.map((l) => [l.outcome, l.reason]),
+        [["rejected", "bad_signature"]],
+        "only the refusal is logged",
+      );
+      assert.equal(quiet.logged("outbox_sent").length, 0);
+      assert.ok(!deliveries.some((l) => l.key === `stripe:${id}` && l.outcome !== "rejected"));
+    } finally {
+      await quiet.dispose();
+    }
+  });
+
+  test("info (the default) logs every delivery; a bad value refuses deliveries as misconfigured", async () => {
+    const body = checkoutCompleted();
+    assert.equal((await sendStripe(w, body)).body.outcome, "processed");
+    assert.ok(w.logged("delivery").some((l) => l.key === `stripe:${JSON.parse(body).id}` && l.outcome === "processed"));
+    const bad = await startWorker({ LOG_LEVEL: "verbose" });
+    try {
+      assert.deepEqual(await sendStripe(bad, checkoutCompleted()), { status: 500, body: { error: "misconfigured" } });
+      assert.ok(bad.logged("delivery").some((l) => l.detail === "LOG_LEVEL must be info or warn"));
+    } finally {
+      await bad.dispose();
+    }
+  });
+});

@@ -66,6 +66,7 @@ impl DurableObject for EventInbox {
     fn new(state: State, env: Env) -> Self {
         let store = Store::new(state.storage().sql());
         let settings = InboxSettings::from_env(&env);
+        log::configure(&env);
         EventInbox {
             state,
             env,

@@ -39,7 +39,8 @@ pub async fn run(env: &Env) -> worker::Result<()> {
     let keys = Db::from_env(env)?.texts(&due).await?;
     enqueue(env, &keys, None).await?;
     if !keys.is_empty() {
-        log::info(&Line::new("outbox_relay").sent(keys.len()));
+        // Their queue messages were lost, or are late: worth a look.
+        log::warn(&Line::new("outbox_relay").sent(keys.len()));
     }
     Ok(())
 }
