@@ -138,9 +138,9 @@ impl OutboxSettings {
 /// How much is logged (`LOG_LEVEL`: `info`, the default, or `warn`; see
 /// `log`).
 pub fn log_level(env: &Env) -> Result<Level, ConfigError> {
-    match text(env, "LOG_LEVEL") {
+    match optional(env, "LOG_LEVEL") {
         None => Ok(Level::Info),
-        Some(value) => crate::d1::from_stored(value.trim())
+        Some(value) => crate::d1::from_stored(&value.trim().to_ascii_lowercase())
             .ok_or_else(|| ConfigError("LOG_LEVEL must be info or warn".into())),
     }
 }

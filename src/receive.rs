@@ -2,7 +2,8 @@
 //!
 //! Cap the body, verify the signature on the raw bytes, read the provider's
 //! event id, check the effect can be planned, then hand the event to its
-//! inbox. Every delivery ends in exactly one JSON log line and one JSON reply.
+//! inbox. Every delivery ends in one JSON reply and, at `LOG_LEVEL = "info"`
+//! (or when refused or failed, at any level), one JSON log line.
 //! A refusal wrote nothing: a 4xx for the request, a 500 for a
 //! misconfiguration, a 503 `not_recorded` when the inbox certainly stored
 //! nothing. One 503 is different: `unconfirmed`, when the inbox's answer was
@@ -181,8 +182,9 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
         secret: trace.secret,
         latency_ms,
     };
-    // Every delivery at `info`; a refused or failed one at any level.
-    if refusal.is_some() || outcome == Outcome::Failed.as_str() {
+    // Every delivery at `info`; at any level one that was refused, failed,
+    // or repeated a signed body under a fresh id (a replay attempt).
+    if refusal.is_some() || outcome == Outcome::Failed.as_str() || replayed_body_of.is_some() {
         log::warn(&line);
     } else {
         log::info(&line);

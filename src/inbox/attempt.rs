@@ -63,7 +63,7 @@ impl EventInbox {
                 if let Some(of) = &replay_of {
                     let key = event.key();
                     let line = Line::new("replayed_body").key(&key);
-                    log::info(&line.duplicate_of(dedupe_key(&event.source, of)));
+                    log::warn(&line.duplicate_of(dedupe_key(&event.source, of)));
                 }
                 if self.store.mark_done(now_ms(), replay_of)? == Some(true) {
                     // Listed as failed before this attempt: no longer. If D1

@@ -195,7 +195,7 @@ impl EventInbox {
                     // writes, so the object is not woken again just to find
                     // the event done.
                     self.rest_after_success(settings.retry_base_ms, settings)
-                        .await?;
+                        .await;
                 }
                 tried.answer(&source)
             }
@@ -259,22 +259,32 @@ impl EventInbox {
         let backoff = settings.backoff_ms(row.effect_attempts.max(1));
         let tried = self.attempt_effect(row.event, fault, settings).await?;
         if matches!(tried, Tried::Applied(_)) {
-            self.rest_after_success(backoff, settings).await?;
+            self.rest_after_success(backoff, settings).await;
         }
         Ok(tried.answer(&source))
     }
 
     /// After an attempt that applied the effect: the next wake-up is the
-    /// retention deadline, counted from now, when the event finished — or,
-    /// while it is still listed as failed (D1 refused the resolve), a retry
-    /// of that after `backoff_ms`.
-    async fn rest_after_success(&self, backoff_ms: i64, settings: &InboxSettings) -> Result<()> {
-        let next = if self.store.reported()? {
-            backoff_ms
-        } else {
-            settings.retention_ms
+    /// retention deadline, counted from when the event finished (a replay of
+    /// an event done long ago does not push it back) — or, while the event
+    /// is still listed as failed (D1 refused the resolve), a retry of that
+    /// after `backoff_ms`. Should setting it fail, the alarm already armed
+    /// (a retry's) stays and finds the event done: the effect's answer is
+    /// not turned into an error.
+    async fn rest_after_success(&self, backoff_ms: i64, settings: &InboxSettings) {
+        let next = match self.store.load() {
+            Ok(Some(row)) if row.reported => Ok(backoff_ms),
+            Ok(Some(row)) => Ok(row.held().expires_at(settings.retention_ms) - now_ms()),
+            Ok(None) => return,
+            Err(e) => Err(e),
         };
-        self.set_alarm_in(next).await
+        let set = match next {
+            Ok(delay_ms) => self.set_alarm_in(delay_ms.max(0)).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = set {
+            log::error(&Line::new("alarm_not_moved").error(e));
+        }
     }
 
     /// An operator's decision not to apply a failed event. The state moves
@@ -295,7 +305,7 @@ impl EventInbox {
         self.store.dismiss(now_ms())?;
         let outcome = match failed_events::dismiss(&self.env, &row.event).await {
             Ok(Applied::Now) => {
-                log::info(&Line::new("event_dismissed").key(&row.event.key()));
+                log::warn(&Line::new("event_dismissed").key(&row.event.key()));
                 Outcome::Dismissed
             }
             Ok(_) => {
@@ -345,7 +355,8 @@ impl EventInbox {
             reported: row.reported,
             deliveries: later + 1,
             delivery_log,
-            next_wake_up_at: self.state.storage().get_alarm().await?,
+            // Only informative: the state is shown without it if it fails.
+            next_wake_up_at: self.state.storage().get_alarm().await.ok().flatten(),
             body: row.event.body,
         }))
     }
