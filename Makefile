@@ -7,7 +7,7 @@ export CLOUDFLARE_CF_FETCH_ENABLED := false
 export WRANGLER_HIDE_BANNER := true
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: dev test setup setup-test build lint unit config-check e2e bench fuzz-props fuzz soak deploy template-check
+.PHONY: dev test setup setup-test build lint unit config-check e2e bench fuzz-props fuzz soak deploy template-check sizes
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
@@ -37,9 +37,11 @@ lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy --target wasm32-unknown-unknown -- -D warnings
+	cargo clippy --target wasm32-unknown-unknown --no-default-features --features stripe,github -- -D warnings
 
 unit:
 	cargo test --workspace
+	cargo test --lib --no-default-features --features stripe,github providers::
 
 ## The built worker, its Durable Object class, migrations and bindings
 ## through wrangler's own deploy validation, offline; the CI workflows parse.
@@ -77,6 +79,10 @@ deploy: setup
 ## test (about 4 minutes; 4 more to install cargo-generate the first time).
 template-check: setup
 	sh scripts/template-check.sh
+
+## The worker's wasm size per feature set; see BENCHMARKS.md.
+sizes: setup
+	sh bench/sizes.sh
 
 ## Throughput and latency against a local worker; see BENCHMARKS.md.
 bench: setup build

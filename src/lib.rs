@@ -8,7 +8,8 @@
 //! - [`providers`]: one file per provider behind one trait (Stripe, GitHub,
 //!   Standard Webhooks/Svix, Shopify, Slack, Linear, Paddle, Twilio, generic
 //!   HMAC); [`signature`] holds the HMAC, constant-time and time-window pieces
-//!   they share. **Add a provider** there: one file and one line in `build`.
+//!   they share. **Add a provider** there: one file, its
+//!   `mod` line and a line in `build`, and a cargo feature.
 //! - [`event`]: the verified, provider-independent event handed onward.
 //! - [`inbox`]: the `EventInbox` Durable Object, one per `"{source}:{id}"`.
 //!   It serializes duplicates, claims the event with synchronous SQL, stores
@@ -32,6 +33,7 @@
 //! POSTs), [`failed_events`] and [`stats`] (what operators see), and
 //! [`fault`] (the faults the end-to-end tests inject).
 
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 pub mod admin;
 pub mod clock;
 pub mod config;
@@ -75,16 +77,18 @@ async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
         // runtime must close it); refuse a large one.
         if let Err(refused) = http::drain(&mut req, http::UNWANTED_BODY_MAX_BYTES).await {
             let response = refused.response();
-            return if path.starts_with("/admin") {
-                admin::harden(response)
-            } else {
-                response
-            };
+            #[cfg(any(feature = "admin", feature = "dashboard"))]
+            if path.starts_with("/admin") {
+                return admin::harden(response);
+            }
+            return response;
         }
     }
+    #[cfg(feature = "admin")]
     if let Some(rest) = path.strip_prefix("/admin/api/") {
         return admin::harden(admin::api::handle(req, &env, rest).await);
     }
+    #[cfg(feature = "dashboard")]
     if path == "/admin" || path.starts_with("/admin/") {
         return admin::harden(admin::dashboard::handle(req, &env, &path).await);
     }

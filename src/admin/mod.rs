@@ -10,9 +10,13 @@
 //! To add an endpoint: a query in `queries.rs` if it reads something new,
 //! and an arm in `api::handle` (or `dashboard::handle`).
 
+#[cfg(feature = "admin")]
 pub mod api;
+#[cfg(feature = "dashboard")]
 pub mod dashboard;
+#[cfg(feature = "dashboard")]
 pub mod html;
+#[cfg(feature = "dashboard")]
 pub mod pages;
 pub mod queries;
 
@@ -58,6 +62,7 @@ pub fn token_matches(token: &str, presented: &str) -> bool {
 }
 
 /// Whether the request carries `Authorization: Bearer <token>`.
+#[cfg(feature = "admin")]
 pub fn bearer_ok(req: &Request, token: &str) -> bool {
     req.headers()
         .get("authorization")
@@ -71,6 +76,7 @@ pub fn bearer_ok(req: &Request, token: &str) -> bool {
         .unwrap_or(false)
 }
 
+#[cfg(feature = "dashboard")]
 /// What the session cookie holds: when it was issued (ms), and an HMAC of
 /// that time under the token. The cookie is not the token, changes when the
 /// token does, and cannot be made to look younger than it is.
@@ -83,6 +89,7 @@ pub fn session_value(token: &str, issued_at: i64) -> String {
     format!("{issued}.{}", mac.to_hex())
 }
 
+#[cfg(feature = "dashboard")]
 /// Whether `value` is a cookie made by [`session_value`] under this token,
 /// issued within `ttl_ms` of `now` and not in the future.
 pub fn session_valid(value: &str, token: &str, now: i64, ttl_ms: i64) -> bool {
@@ -104,6 +111,7 @@ pub fn decode(segment: &str) -> String {
 }
 
 /// A path segment, percent-encoded for a link or a form's action.
+#[cfg(feature = "dashboard")]
 pub fn encode(segment: &str) -> String {
     js_sys::encode_uri_component(segment).into()
 }
@@ -143,7 +151,7 @@ impl Query {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "dashboard"))]
 mod tests {
     use super::*;
 

@@ -3,27 +3,40 @@
 //! A provider knows two things about its requests and nothing about storage:
 //! how to check the signature over the raw bytes, and where the provider puts
 //! the event id that stays the same on every retry. To add one, write a file
-//! beside `stripe.rs` implementing [`Provider`] and add a line to [`build`].
+//! beside `stripe.rs` implementing [`Provider`], its module line below and
+//! its cargo feature in Cargo.toml, and a line to [`build`].
 
+#[cfg(feature = "generic-hmac")]
 mod generic_hmac;
+#[cfg(feature = "github")]
 mod github;
+#[cfg(feature = "linear")]
 mod linear;
+#[cfg(feature = "paddle")]
 mod paddle;
+#[cfg(feature = "shopify")]
 mod shopify;
+#[cfg(feature = "slack")]
 mod slack;
+#[cfg(feature = "standard-webhooks")]
 mod standard_webhooks;
+#[cfg(feature = "stripe")]
 mod stripe;
+#[cfg(feature = "twilio")]
 mod twilio;
 
-pub use generic_hmac::GenericHmac;
-pub use github::GitHub;
-pub use linear::Linear;
-pub use paddle::Paddle;
-pub use shopify::Shopify;
-pub use slack::Slack;
-pub use standard_webhooks::StandardWebhooks;
-pub use stripe::Stripe;
-pub use twilio::Twilio;
+#[cfg(not(any(
+    feature = "stripe",
+    feature = "github",
+    feature = "standard-webhooks",
+    feature = "shopify",
+    feature = "slack",
+    feature = "linear",
+    feature = "paddle",
+    feature = "twilio",
+    feature = "generic-hmac"
+)))]
+compile_error!("build at least one provider: a feature such as `stripe` or `github`");
 
 use crate::config::ConfigError;
 use crate::signature::{within_window, Secrets};
@@ -189,26 +202,59 @@ pub trait Provider {
 /// generic HMAC provider reads further settings.
 pub fn build(config: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
     Ok(match config.provider.as_str() {
-        "stripe" => Box::new(Stripe),
-        "github" => Box::new(GitHub),
-        "standard-webhooks" => Box::new(StandardWebhooks::standard()),
-        "svix" => Box::new(StandardWebhooks::svix()),
-        "shopify" => Box::new(Shopify),
-        "slack" => Box::new(Slack),
-        "linear" => Box::new(Linear),
-        "paddle" => Box::new(Paddle),
-        "twilio" => Box::new(Twilio),
-        "hmac" => Box::new(GenericHmac::from_config(config)?),
-        _ => {
-            return Err(ConfigError(
-                "unknown provider: use stripe, github, standard-webhooks, svix, shopify, slack, linear, paddle, twilio or hmac".into(),
-            ))
-        }
+        #[cfg(feature = "stripe")]
+        "stripe" => Box::new(stripe::Stripe),
+        #[cfg(feature = "github")]
+        "github" => Box::new(github::GitHub),
+        #[cfg(feature = "standard-webhooks")]
+        "standard-webhooks" => Box::new(standard_webhooks::StandardWebhooks::standard()),
+        #[cfg(feature = "standard-webhooks")]
+        "svix" => Box::new(standard_webhooks::StandardWebhooks::svix()),
+        #[cfg(feature = "shopify")]
+        "shopify" => Box::new(shopify::Shopify),
+        #[cfg(feature = "slack")]
+        "slack" => Box::new(slack::Slack),
+        #[cfg(feature = "linear")]
+        "linear" => Box::new(linear::Linear),
+        #[cfg(feature = "paddle")]
+        "paddle" => Box::new(paddle::Paddle),
+        #[cfg(feature = "twilio")]
+        "twilio" => Box::new(twilio::Twilio),
+        #[cfg(feature = "generic-hmac")]
+        "hmac" => Box::new(generic_hmac::GenericHmac::from_config(config)?),
+        other => return Err(not_built(other)),
     })
+}
+
+/// Each provider and the cargo feature that builds it in.
+const FEATURES: [(&str, &str); 10] = [
+    ("stripe", "stripe"),
+    ("github", "github"),
+    ("standard-webhooks", "standard-webhooks"),
+    ("svix", "standard-webhooks"),
+    ("shopify", "shopify"),
+    ("slack", "slack"),
+    ("linear", "linear"),
+    ("paddle", "paddle"),
+    ("twilio", "twilio"),
+    ("hmac", "generic-hmac"),
+];
+
+/// Why `build` has no verifier for `provider`: compiled out, or unknown.
+fn not_built(provider: &str) -> ConfigError {
+    match FEATURES.iter().find(|(name, _)| *name == provider) {
+        Some((_, feature)) => ConfigError(format!(
+            "provider {provider} is not built in: build with the `{feature}` cargo feature"
+        )),
+        None => ConfigError(
+            "unknown provider: use stripe, github, standard-webhooks, svix, shopify, slack, linear, paddle, twilio or hmac".into(),
+        ),
+    }
 }
 
 /// A hex HMAC-SHA256 tag, after `prefix` (`sha256=`, `v0=`, or none):
 /// anything else — a wrong prefix, bad hex, a wrong length — is malformed.
+#[cfg(any(feature = "github", feature = "linear", feature = "slack"))]
 fn hex_tag(header: &str, prefix: &str) -> Result<Vec<u8>, Rejection> {
     header
         .strip_prefix(prefix)
@@ -237,6 +283,7 @@ fn verdict(
 
 /// Reads an event's id and type from a JSON body, at top-level fields.
 /// Shared by the providers whose body carries both.
+#[cfg(feature = "paddle")]
 fn json_identity(
     body: &[u8],
     id_field: &str,
@@ -260,6 +307,7 @@ fn json_identity(
 }
 
 /// The event identity from headers, after checking the body is JSON.
+#[cfg(feature = "shopify")]
 fn header_identity(
     req: &RawRequest,
     id_header: &str,
@@ -308,5 +356,43 @@ pub(crate) mod testing {
             now,
             tolerance: 300,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(provider: &str) -> SourceConfig {
+        SourceConfig {
+            provider: provider.into(),
+            ..SourceConfig::default()
+        }
+    }
+
+    #[test]
+    fn an_unknown_provider_is_a_configuration_error_that_lists_them() {
+        let error = build(&source("carrier-pigeon")).err().unwrap();
+        assert!(
+            error.0.starts_with("unknown provider: use stripe, github"),
+            "{error}"
+        );
+    }
+
+    /// Runs in `make test` with only Stripe and GitHub built in.
+    #[cfg(not(feature = "twilio"))]
+    #[test]
+    fn a_provider_not_built_in_names_its_feature() {
+        let error = build(&source("twilio")).err().unwrap();
+        assert_eq!(
+            error.0,
+            "provider twilio is not built in: build with the `twilio` cargo feature"
+        );
+        let error = build(&source("svix")).err().unwrap();
+        assert!(
+            error.0.contains("`standard-webhooks` cargo feature"),
+            "{error}"
+        );
+        assert!(build(&source("stripe")).is_ok());
     }
 }
