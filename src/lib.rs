@@ -69,8 +69,9 @@ fn start() {
 async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
     log::configure(&env);
     let path = req.path();
-    let reads_body =
-        req.method() == Method::Post && (path.starts_with("/webhooks/") || path == "/admin/login");
+    let reads_body = req.method() == Method::Post
+        && (path.starts_with("/webhooks/")
+            || (cfg!(feature = "dashboard") && path == "/admin/login"));
     if !reads_body && http::has_body(&req) {
         // No other route reads a body. Drop a small one anyway, so that the
         // connection can carry the client's next request (left unread, the
@@ -84,9 +85,11 @@ async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
             return response;
         }
     }
-    #[cfg(feature = "admin")]
-    if let Some(rest) = path.strip_prefix("/admin/api/") {
-        return admin::harden(admin::api::handle(req, &env, rest).await);
+    if let Some(_rest) = path.strip_prefix("/admin/api/") {
+        #[cfg(feature = "admin")]
+        return admin::harden(admin::api::handle(req, &env, _rest).await);
+        #[cfg(all(not(feature = "admin"), feature = "dashboard"))]
+        return admin::harden(Response::error("not found", 404));
     }
     #[cfg(feature = "dashboard")]
     if path == "/admin" || path.starts_with("/admin/") {
