@@ -272,9 +272,9 @@ impl EventInbox {
     /// (a retry's) stays and finds the event done: the effect's answer is
     /// not turned into an error.
     async fn rest_after_success(&self, backoff_ms: i64, settings: &InboxSettings) {
-        let next = match self.store.load() {
-            Ok(Some(row)) if row.reported => Ok(backoff_ms),
-            Ok(Some(row)) => Ok(row.held().expires_at(settings.retention_ms) - now_ms()),
+        let next = match self.store.progress() {
+            Ok(Some(held)) if held.reported => Ok(backoff_ms),
+            Ok(Some(held)) => Ok(held.expires_at(settings.retention_ms) - now_ms()),
             Ok(None) => return,
             Err(e) => Err(e),
         };

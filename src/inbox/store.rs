@@ -148,12 +148,27 @@ impl Store {
             .and_then(EventState::parse))
     }
 
-    /// Whether `failed_events` lists the event, as stored now.
-    pub fn reported(&self) -> Result<bool> {
-        let row = self
-            .tables
-            .first("SELECT reported FROM event", Vec::new())?;
-        Ok(row.as_deref().and_then(|r| r.first()).and_then(integer) == Some(1))
+    /// The event's progress as stored now, without its body: what the
+    /// state machine needs after an attempt, on the reply's path.
+    pub fn progress(&self) -> Result<Option<Held>> {
+        let row = self.tables.first(
+            "SELECT state, reported, received_at, done_at FROM event",
+            Vec::new(),
+        )?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let int = |i: usize| row.get(i).and_then(integer);
+        let state = match row.first() {
+            Some(SqlStorageValue::String(state)) => EventState::parse(state),
+            _ => None,
+        };
+        Ok(Some(Held {
+            state: state.ok_or("inbox row: unknown state")?,
+            reported: int(1) == Some(1),
+            received_at: int(2).unwrap_or_default(),
+            done_at: int(3),
+        }))
     }
 
     /// Inserts the event row if this object holds none; otherwise counts and
