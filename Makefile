@@ -7,7 +7,7 @@ export CLOUDFLARE_CF_FETCH_ENABLED := false
 export WRANGLER_HIDE_BANNER := true
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: dev test setup setup-test build lint unit config-check e2e bench fuzz-props fuzz soak deploy template-check sizes
+.PHONY: dev test setup setup-test build lint unit config-check e2e bench costs fuzz-props fuzz soak deploy template-check sizes
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
@@ -88,3 +88,8 @@ sizes: setup
 ## Throughput and latency against a local worker; see BENCHMARKS.md.
 bench: setup build
 	node bench/run.mjs
+
+## Billable operations per distinct event, duplicate, side effect and
+## retention wake-up, and the dollars per million events; see BENCHMARKS.md.
+costs: setup build
+	node bench/costs.mjs

@@ -14,121 +14,20 @@
 //             the time from sending the webhook to the consumer calling the
 //             (fake) email API with the receipt
 // Prints events/s and p50/p99 latency per scenario, and the wasm size.
-import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import http from "node:http";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 
-import { stripeHeaders } from "../tests/support/sign.mjs";
+import { agent, checkoutBody, drive, post, signed, STORM_SIZE, workerdCpuMs } from "./harness.mjs";
 import { startWorker } from "../tests/support/worker.mjs";
 
-const SECRET = "whsec_test_current";
 // Every distinct event is a live Durable Object with an open SQLite file in
 // the one local workerd process; past about 2,600 of them it runs out of file
 // descriptors here (SQLITE_NOMEM). 2,000 + 40 + warm-up stays clear of that.
 const DISTINCT = Number(process.env.BENCH_DISTINCT ?? 2000);
 const STORMS = Number(process.env.BENCH_STORMS ?? 40);
-const STORM_SIZE = 50;
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
-
-// A realistic checkout.session.completed: about 930 bytes.
-function checkoutBody(n) {
-  return JSON.stringify({
-    id: `evt_bench_${process.pid}_${n}`,
-    object: "event",
-    api_version: "2024-06-20",
-    created: Math.floor(Date.now() / 1000),
-    type: "checkout.session.completed",
-    livemode: false,
-    pending_webhooks: 1,
-    request: { id: null, idempotency_key: null },
-    data: {
-      object: {
-        id: `cs_bench_${process.pid}_${n}`,
-        object: "checkout.session",
-        amount_subtotal: 2000,
-        amount_total: 2000,
-        currency: "eur",
-        customer: "cus_QbY9bench",
-        customer_details: { address: { city: "Lyon", country: "FR", line1: "1 rue de la Paix", postal_code: "69001" }, email: "buyer@example.com", name: "A Buyer", phone: null, tax_exempt: "none", tax_ids: [] },
-        livemode: false,
-        metadata: { order_ref: `ref-${n}` },
-        mode: "payment",
-        payment_intent: `pi_bench_${process.pid}_${n}`,
-        payment_method_types: ["card"],
-        payment_status: "paid",
-        status: "complete",
-        success_url: "https://example.com/success",
-        cancel_url: "https://example.com/cancel",
-        total_details: { amount_discount: 0, amount_shipping: 0, amount_tax: 0 },
-        url: null,
-      },
-    },
-  });
-}
-
-function signed(body) {
-  return { body, headers: stripeHeaders(body, SECRET) };
-}
-
-const agent = new http.Agent({ keepAlive: true, maxSockets: STORM_SIZE });
-
-function post(url, { body, headers }) {
-  return new Promise((resolve, reject) => {
-    const started = process.hrtime.bigint();
-    const req = http.request(url, { method: "POST", agent, headers: { ...headers, "content-length": Buffer.byteLength(body) } }, (res) => {
-      const chunks = [];
-      res.on("data", (c) => chunks.push(c));
-      res.on("end", () => {
-        const ms = Number(process.hrtime.bigint() - started) / 1e6;
-        resolve({ status: res.statusCode, ms, outcome: JSON.parse(Buffer.concat(chunks)).outcome });
-      });
-    });
-    req.on("error", reject);
-    req.end(body);
-  });
-}
-
-/**
- * CPU time (user + system, ms) used so far by the workerd process that
- * Miniflare started, or null off Linux. Less at the mercy of a noisy machine
- * than events/s: it is what one event costs the runtime, whatever the wait.
- */
-function workerdCpuMs() {
-  try {
-    for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      if (stat.includes("(workerd)") && Number(fields[1]) === process.pid) {
-        return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // clock ticks at 100 Hz
-      }
-    }
-  } catch {
-    // not Linux
-  }
-  return null;
-}
-
-/** Sends `requests` with at most `concurrency` in flight. */
-async function drive(url, requests, concurrency) {
-  const results = new Array(requests.length);
-  let next = 0;
-  const cpuBefore = workerdCpuMs();
-  const started = process.hrtime.bigint();
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < requests.length) {
-        const i = next++;
-        results[i] = await post(url, requests[i]);
-      }
-    }),
-  );
-  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-  const cpuAfter = workerdCpuMs();
-  const cpuMs = cpuBefore === null || cpuAfter === null ? null : cpuAfter - cpuBefore;
-  return { results, seconds, cpuMs };
-}
 
 function summarize(name, { results, seconds, cpuMs }) {
   const ms = results.map((r) => r.ms).sort((a, b) => a - b);

@@ -57,7 +57,8 @@ const DLQ_RECORDER = `export default {
  * Miniflare itself, e.g. `{ d1Persist: "/some/dir" }`).
  */
 export async function startWorker(vars = {}, options = {}) {
-  const { unsafeDirectSockets, ...shared } = options;
+  // `main`: another entry module wrapping build/index.js (bench/meter.mjs).
+  const { unsafeDirectSockets, main, ...shared } = options;
   const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
   const target = fakeTarget();
   const outboundService = (request) => target.handle(request);
@@ -77,8 +78,8 @@ export async function startWorker(vars = {}, options = {}) {
         ...workerOptions,
         name: "webhooks",
         modules: true,
-        scriptPath: "build/index.js",
-        modulesRoot: "build",
+        scriptPath: main ?? "build/index.js",
+        modulesRoot: main ? "." : "build",
         modulesRules: [
           { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
           { type: "CompiledWasm", include: ["**/*.wasm"] },
