@@ -7,7 +7,7 @@ export CLOUDFLARE_CF_FETCH_ENABLED := false
 export WRANGLER_HIDE_BANNER := true
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: dev test setup setup-test build lint unit config-check e2e bench costs fuzz-props fuzz soak deploy template-check sizes
+.PHONY: dev test setup setup-test build lint unit config-check e2e bench costs bodies fuzz-props fuzz soak deploy template-check sizes
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
@@ -81,7 +81,8 @@ deploy: setup
 template-check: setup
 	sh scripts/template-check.sh
 
-## The worker's wasm size per feature set; see BENCHMARKS.md.
+## The worker's wasm size per feature set, and the cold start of the
+## default and Stripe + GitHub builds; see BENCHMARKS.md.
 sizes: setup
 	sh bench/sizes.sh
 
@@ -93,3 +94,7 @@ bench: setup build
 ## retention wake-up, and the dollars per million events; see BENCHMARKS.md.
 costs: setup build
 	node bench/costs.mjs
+
+## Runtime CPU per event for bodies of 1 KiB to 1 MiB; see BENCHMARKS.md.
+bodies: setup build
+	node bench/bodies.mjs

@@ -63,7 +63,8 @@ export function post(url, { body, headers }) {
       res.on("data", (c) => chunks.push(c));
       res.on("end", () => {
         const ms = Number(process.hrtime.bigint() - started) / 1e6;
-        resolve({ status: res.statusCode, ms, outcome: JSON.parse(Buffer.concat(chunks)).outcome });
+        const reply = JSON.parse(Buffer.concat(chunks));
+        resolve({ status: res.statusCode, ms, outcome: reply.outcome ?? reply.error });
       });
     });
     req.on("error", reject);

@@ -1,8 +1,9 @@
 #!/bin/sh
 # The worker's size per feature set (`make sizes`): builds each variant with
 # scripts/build.sh and prints the wasm's bytes and gzipped bytes (gzip -9;
-# the benchmark's zlib at level 9 agrees within a few bytes), then rebuilds the
-# default.
+# the benchmark's zlib at level 9 agrees within a few bytes), keeps each in
+# target/variants/, times the cold start of the default and the Stripe +
+# GitHub builds (bench/coldstart.mjs), then rebuilds the default.
 set -eu
 cd "$(dirname "$0")/.."
 mkdir -p target
@@ -14,5 +15,8 @@ for features in "" "$ALL_PROVIDERS,admin" "stripe,github,admin" "stripe,github" 
     label=$(printf '%s' "${features:-default (all)}" | sed "s/$ALL_PROVIDERS/all providers/")
     printf '%-48s %10s %10s\n' "$label" \
         "$(wc -c < build/index_bg.wasm)" "$(gzip -9 -c build/index_bg.wasm | wc -c)"
+    variant="target/variants/${features:-default}"
+    rm -rf "$variant" && mkdir -p target/variants && cp -r build "$variant"
 done
+node bench/coldstart.mjs target/variants/default target/variants/stripe,github
 WORKER_FEATURES= sh scripts/build.sh > target/sizes-build.log 2>&1

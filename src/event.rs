@@ -18,8 +18,6 @@ pub struct VerifiedEvent {
     pub kind: String,
     /// The raw body, exactly as signed.
     pub body: String,
-    /// SHA-256 of `body`, hex: how the delivery log tells deliveries apart.
-    pub body_sha256: String,
     /// Where the signature does not cover the id: the SHA-256 (hex) of what
     /// it does cover, which the ledger fences on, so that one signed body
     /// makes one effect per source whatever id it arrives under (see

@@ -14,7 +14,6 @@ use worker::{Context, Env, Headers, Request, Response, Result};
 
 use crate::clock::now_ms;
 use crate::config::{self, ConfigError, Limits};
-use crate::effects;
 use crate::event::{self, VerifiedEvent};
 use crate::fault::Fault;
 use crate::http::{self, BodyError};
@@ -97,6 +96,9 @@ impl From<DeliveryError> for Refusal {
         match error {
             DeliveryError::NotRecorded(e) => Refusal::NotRecorded(e),
             DeliveryError::Unconfirmed(e) => Refusal::Unconfirmed(e),
+            DeliveryError::Unplannable(why) => {
+                Rejection::MalformedBody(format!("effect: {why}")).into()
+            }
         }
     }
 }
@@ -293,8 +295,7 @@ async fn receive(
         .header("x-test-fault")
         .filter(|_| limits.test_faults)
         .and_then(Fault::parse);
-    let body_sha256 = event::sha256_hex(&raw.body);
-    let fence = provider.replay_fence(&raw, &body_sha256);
+    let fence = provider.replay_fence(&raw);
     let body = String::from_utf8(raw.body)
         .map_err(|_| Rejection::MalformedBody("body is not UTF-8".into()))?;
     let event = VerifiedEvent {
@@ -302,14 +303,11 @@ async fn receive(
         provider: provider.name().to_string(),
         id: identity.id,
         kind: identity.kind,
-        body_sha256,
         fence,
         body,
         received_at: now_ms(),
     };
-    // An event whose effect cannot be planned would fail every retry:
-    // refuse it now, while the sender can still see why.
-    effects::plan(&event, event.received_at)
-        .map_err(|e| Rejection::MalformedBody(format!("effect: {}", e.0)))?;
+    // The inbox plans the effect, once, and refuses an event it cannot
+    // plan (it would fail every retry) while the sender can still see why.
     Ok(Taken::Event(client::deliver(env, event, fault).await?))
 }

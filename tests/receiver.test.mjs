@@ -292,6 +292,19 @@ describe("bad input is refused with a 4xx and writes nothing", () => {
     assert.equal(await totalLedgerRows(), before);
   });
 
+  test("an event whose effect cannot be planned is refused by its inbox, every concurrent copy, and nothing is kept", async () => {
+    const before = await totalLedgerRows();
+    const id = uniqueId("evt");
+    const noSession = JSON.stringify({ id, type: "checkout.session.completed", created: 1, data: { object: {} } });
+    const copies = await Promise.all(Array.from({ length: 10 }, () => sendStripe(noSession)));
+    for (const res of copies) await refused(res, 400, "malformed_body");
+    assert.equal(await w.inboxState(`stripe:${id}`), null, "the inbox took its claim back");
+    assert.equal(await totalLedgerRows(), before);
+    const lines = w.logged("delivery").filter((l) => l.key === `stripe:${id}`);
+    assert.equal(lines.length, 10);
+    assert.ok(lines.every((l) => l.outcome === "rejected" && /^effect: /.test(l.detail)), JSON.stringify(lines[0]));
+  });
+
   test("an oversized body is 413, an unknown source 404, a GET 405", async () => {
     const big = JSON.stringify({ id: uniqueId("evt"), type: "x", pad: "x".repeat(1024 * 1024) });
     await refused(await sendStripe(big), 413, "body_too_large");

@@ -201,7 +201,6 @@ mod tests {
             id: "evt_1".into(),
             kind: kind.into(),
             body: body.into(),
-            body_sha256: crate::event::sha256_hex(body.as_bytes()),
             fence: Some(crate::event::sha256_hex(body.as_bytes())),
             received_at: 1_000,
         }

@@ -8,7 +8,7 @@ use super::{Answer, EventInbox};
 use crate::clock::now_ms;
 use crate::config::InboxSettings;
 use crate::d1::Db;
-use crate::effects::{self, Applied};
+use crate::effects::{self, Applied, Plan};
 use crate::event::{dedupe_key, VerifiedEvent};
 use crate::failed_events::{self, Recorded};
 use crate::fault::Fault;
@@ -43,16 +43,18 @@ impl Tried {
 impl EventInbox {
     /// One try at the effect. On success marks the event done; on failure
     /// records the error and arms the next retry, or marks the event failed
-    /// once the budget is spent and reports it. `fault` is for tests (see
-    /// [`Fault`]).
+    /// once the budget is spent and reports it. `plan`: the effect as the
+    /// first delivery planned it; planned from the stored body when `None`.
+    /// `fault` is for tests (see [`Fault`]).
     pub(super) async fn attempt_effect(
         &self,
         event: VerifiedEvent,
         fault: Option<Fault>,
         settings: &InboxSettings,
+        plan: Option<Plan>,
     ) -> Result<Tried> {
         self.effect_running.set(true);
-        let result = self.run_effect(&event, fault).await;
+        let result = self.run_effect(&event, fault, plan).await;
         self.effect_running.set(false);
         let error = match result {
             Ok(applied) => {
@@ -151,6 +153,7 @@ impl EventInbox {
         &self,
         event: &VerifiedEvent,
         fault: Option<Fault>,
+        plan: Option<Plan>,
     ) -> std::result::Result<Applied, String> {
         if matches!(
             fault,
@@ -161,8 +164,12 @@ impl EventInbox {
         if Fault::d1_down(fault, now_ms()) {
             return Err("injected fault: D1 unavailable".into());
         }
-        let plan =
-            effects::plan(event, now_ms()).map_err(|e| format!("unplannable event: {}", e.0))?;
+        let plan = match plan {
+            Some(plan) => plan,
+            None => {
+                effects::plan(event, now_ms()).map_err(|e| format!("unplannable event: {}", e.0))?
+            }
+        };
         let db = Db::from_env(&self.env).map_err(|e| e.to_string())?;
         let applied = effects::apply(&db, event, &plan.batch)
             .await

@@ -34,13 +34,13 @@ use worker::wasm_bindgen;
 use worker::{durable_object, DurableObject, Env, Method, Request, Response, Result, State};
 
 use self::attempt::Tried;
-use self::client::{Answer, Handoff, InboxState, NOT_STORED};
+use self::client::{Answer, Handoff, InboxState, NOT_STORED, UNPLANNABLE};
 use self::state::{AlarmTask, EventState, Outcome, Rest};
 use self::store::{Claim, DeliveryKind, EventRow, LoggedDelivery, Store};
 use crate::clock::now_ms;
 use crate::config::{ConfigError, InboxSettings};
-use crate::effects::Applied;
-use crate::event::dedupe_key;
+use crate::effects::{self, Applied};
+use crate::event::{self, dedupe_key};
 use crate::failed_events;
 use crate::fault::Fault;
 use crate::log::{self, Line};
@@ -80,7 +80,9 @@ impl DurableObject for EventInbox {
     async fn fetch(&self, mut req: Request) -> Result<Response> {
         match (req.method(), req.path().as_str()) {
             (Method::Post, client::DELIVER) => {
-                let handoff: Handoff = serde_json::from_str(&req.text().await?)?;
+                let url = req.inner().url();
+                let query = url.split_once('?').map_or("", |(_, query)| query);
+                let handoff = Handoff::from_parts(query, req.text().await?)?;
                 self.receive(handoff).await
             }
             (Method::Get, client::STATE) => match self.inbox_state().await? {
@@ -182,6 +184,18 @@ impl EventInbox {
         };
         let answer = match claim {
             Claim::First => {
+                // Planned here, once: a later copy never parses the body for
+                // its effect. An event that cannot be planned would fail
+                // every retry, so it is refused while the sender can see
+                // why, and its claim taken back in the same synchronous step:
+                // no other request saw it.
+                let plan = match effects::plan(&event, now_ms()) {
+                    Ok(plan) => plan,
+                    Err(e) => {
+                        self.store.unclaim()?;
+                        return Response::error(e.0, UNPLANNABLE);
+                    }
+                };
                 // Armed before the first attempt, so a crash from here on is
                 // retried.
                 self.set_alarm_in(settings.retry_base_ms).await?;
@@ -189,7 +203,9 @@ impl EventInbox {
                     return Err("injected fault: the reply is lost".into());
                 }
                 let source = event.source.clone();
-                let tried = self.attempt_effect(event, fault, settings).await?;
+                let tried = self
+                    .attempt_effect(event, fault, settings, Some(plan))
+                    .await?;
                 if matches!(tried, Tried::Applied(_)) {
                     // Moved to the retention deadline with the effect's own
                     // writes, so the object is not woken again just to find
@@ -257,7 +273,9 @@ impl EventInbox {
     ) -> Result<Answer> {
         let source = row.event.source.clone();
         let backoff = settings.backoff_ms(row.effect_attempts.max(1));
-        let tried = self.attempt_effect(row.event, fault, settings).await?;
+        let tried = self
+            .attempt_effect(row.event, fault, settings, None)
+            .await?;
         if matches!(tried, Tried::Applied(_)) {
             self.rest_after_success(backoff, settings).await;
         }
@@ -342,7 +360,7 @@ impl EventInbox {
                 .as_deref()
                 .map(|of| dedupe_key(&row.event.source, of)),
             bytes: row.event.body.len() as i64,
-            sha256: row.event.body_sha256.clone(),
+            sha256: event::sha256_hex(row.event.body.as_bytes()),
         };
         let (later, mut delivery_log) = self.store.later_deliveries()?;
         delivery_log.insert(0, first);

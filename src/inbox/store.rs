@@ -49,7 +49,6 @@ impl EventRow {
                 provider: required(1)?,
                 id: required(2)?,
                 kind: required(3)?,
-                body_sha256: event::sha256_hex(body.as_bytes()),
                 fence: text(13),
                 body,
                 received_at: int(5).unwrap_or_default(),
@@ -203,7 +202,7 @@ impl Store {
             vec![
                 now.into(),
                 (event.body.len() as i64).into(),
-                event.body_sha256.as_str().into(),
+                event::sha256_hex(event.body.as_bytes()).into(),
             ],
         )?;
         if let Some(seq) = logged.as_deref().and_then(|r| r.first()).and_then(integer) {
@@ -215,6 +214,14 @@ impl Store {
             }
         }
         Ok(Claim::Held(state))
+    }
+
+    /// Takes back the claim just made, in the same synchronous step (no
+    /// other request has seen it): the event is refused, and the object
+    /// holds no event again.
+    pub fn unclaim(&self) -> Result<()> {
+        self.tables.sql.exec("DELETE FROM event", Vec::new())?;
+        Ok(())
     }
 
     /// Moves the event from `from` to `to`; a no-op in any other state.

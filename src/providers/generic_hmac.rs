@@ -116,10 +116,10 @@ impl Provider for GenericHmac {
 
     /// A key read from the body is signed; a header key is not, and then
     /// the body is the fence.
-    fn replay_fence(&self, _req: &RawRequest, body_sha256: &str) -> Option<String> {
+    fn replay_fence(&self, req: &RawRequest) -> Option<String> {
         match self.key {
             Location::Json(_) => None,
-            Location::Header(_) => Some(body_sha256.to_string()),
+            Location::Header(_) => Some(crate::event::sha256_hex(&req.body)),
         }
     }
 

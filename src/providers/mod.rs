@@ -190,11 +190,11 @@ pub trait Provider {
     /// Where the signature does not cover the event id (an unsigned
     /// header), the SHA-256 of what it does cover: the ledger fences on it
     /// too, so that a signed body resent under a fresh id is a duplicate.
-    /// By default the raw body's (`body_sha256`, hex). `None` where the id
-    /// is signed: there, two events may legitimately share a body, and only
-    /// the id counts.
-    fn replay_fence(&self, _req: &RawRequest, body_sha256: &str) -> Option<String> {
-        Some(body_sha256.to_string())
+    /// By default the raw body's (hex). `None` where the id is signed:
+    /// there, two events may legitimately share a body, and only the id
+    /// counts (and the body is not hashed at all).
+    fn replay_fence(&self, req: &RawRequest) -> Option<String> {
+        Some(crate::event::sha256_hex(&req.body))
     }
 }
 

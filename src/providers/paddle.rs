@@ -16,7 +16,7 @@ impl Provider for Paddle {
     }
 
     /// The id is in the signed body: no fence beyond it.
-    fn replay_fence(&self, _req: &RawRequest, _body_sha256: &str) -> Option<String> {
+    fn replay_fence(&self, _req: &RawRequest) -> Option<String> {
         None
     }
 

@@ -19,7 +19,7 @@ impl Provider for Slack {
     }
 
     /// The id is in the signed body: no fence beyond it.
-    fn replay_fence(&self, _req: &RawRequest, _body_sha256: &str) -> Option<String> {
+    fn replay_fence(&self, _req: &RawRequest) -> Option<String> {
         None
     }
 

@@ -81,7 +81,7 @@ impl Provider for StandardWebhooks {
     }
 
     /// The id header is part of the signed content: no fence beyond it.
-    fn replay_fence(&self, _req: &RawRequest, _body_sha256: &str) -> Option<String> {
+    fn replay_fence(&self, _req: &RawRequest) -> Option<String> {
         None
     }
 

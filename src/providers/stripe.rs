@@ -47,7 +47,7 @@ impl Provider for Stripe {
     }
 
     /// The id is in the signed body: no fence beyond it.
-    fn replay_fence(&self, _req: &RawRequest, _body_sha256: &str) -> Option<String> {
+    fn replay_fence(&self, _req: &RawRequest) -> Option<String> {
         None
     }
 
