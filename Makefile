@@ -7,7 +7,7 @@ export CLOUDFLARE_CF_FETCH_ENABLED := false
 export WRANGLER_HIDE_BANNER := true
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: dev test setup setup-test build lint unit config-check e2e bench costs bodies fuzz-props fuzz soak deploy template-check sizes
+.PHONY: dev test setup setup-test build build-minimal lint unit config-check e2e bench costs bodies fuzz-props fuzz soak deploy template-check sizes
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
@@ -16,9 +16,10 @@ dev: setup
 	node scripts/dev.mjs --port 8787
 
 ## Every check: format, lints, host unit tests, wrangler's deploy
-## validation, then the built worker end to end in workerd (Miniflare) with
-## real D1, Durable Objects and Queues.
-test: setup-test lint unit build config-check e2e
+## validation, then the built worker — every feature, and Stripe + GitHub
+## only — end to end in workerd (Miniflare) with real D1, Durable Objects and
+## Queues.
+test: setup-test lint unit build-minimal build config-check e2e
 
 ## What running needs (make dev); setup-test adds the browser for the
 ## dashboard test.
@@ -33,6 +34,12 @@ setup-test:
 build:
 	WORKER_FEATURES= sh scripts/build.sh
 	cargo build -p selftest
+
+## The Stripe + GitHub build without the admin surface, kept in
+## target/variants/ for tests/minimal-build.test.mjs.
+build-minimal:
+	WORKER_FEATURES=stripe,github sh scripts/build.sh
+	rm -rf "target/variants/stripe,github" && mkdir -p target/variants && cp -r build "target/variants/stripe,github"
 
 lint:
 	cargo fmt --all --check

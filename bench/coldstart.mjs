@@ -7,9 +7,7 @@
 // Each run starts workerd afresh through Miniflare (a fresh isolate: the
 // script loaded, the wasm compiled and instantiated), with empty local D1
 // and Durable Object state, then times one signed Stripe delivery: a new
-// inbox object, the D1 batch, the reply. Also: the wasm's compile time in
-// this Node (the same V8 as workerd), the part of a cold start its size
-// drives.
+// inbox object, the D1 batch, the reply.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
@@ -26,12 +24,6 @@ const ms = (since) => Number(process.hrtime.bigint() - since) / 1e6;
 const rows = [];
 for (const dir of dirs) {
   const wasm = readFileSync(join(dir, "index_bg.wasm"));
-  const compile = [];
-  for (let i = 0; i < RUNS; i++) {
-    const started = process.hrtime.bigint();
-    await WebAssembly.compile(wasm);
-    compile.push(ms(started));
-  }
   const start = [];
   const first = [];
   for (let i = 0; i < RUNS; i++) {
@@ -55,7 +47,6 @@ for (const dir of dirs) {
   rows.push({
     build: dir,
     "wasm bytes": wasm.length,
-    "compile ms (node, median)": +median(compile).toFixed(1),
     "runtime start ms (median)": Math.round(median(start)),
     "first webhook ms (median)": +median(first).toFixed(1),
     "first webhook ms (each)": first.map((x) => x.toFixed(1)).join(" "),
