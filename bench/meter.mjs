@@ -14,6 +14,11 @@
 //   Queue operations        messages sent (writes), delivered to the consumer
 //                           (reads) and acknowledged (deletes)
 // GET /__meter answers the totals so far and resets them.
+//
+// D1's first() and raw() return no meta, so they are run through all()
+// here: the same statement, once. Two differences the worker never meets:
+// first(column) gives undefined, not an error, for a column that is not
+// there, and raw() keeps one of two columns of the same name.
 import Worker, { EventInbox as Inbox } from "../build/index.js";
 
 const zero = () => ({

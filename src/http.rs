@@ -1,7 +1,9 @@
 //! HTTP plumbing: incoming bodies read under a cap, and outgoing requests
 //! (to an inbox, and to side-effect targets).
 
-use worker::wasm_bindgen::JsValue;
+use worker::js_sys;
+use worker::wasm_bindgen::{self, prelude::wasm_bindgen, JsValue};
+use worker::wasm_bindgen_futures::JsFuture;
 use worker::{web_sys, Request, Result};
 
 /// A POST with a text body, built on web-sys directly. workers-rs's own
@@ -57,27 +59,39 @@ pub fn has_body(req: &Request) -> bool {
     req.inner().body().is_some()
 }
 
-/// Reads a request's body as a stream, refusing it as soon as it passes
-/// `cap` bytes. A declared `Content-Length` over the cap is refused before a
-/// byte is read; otherwise the running total decides, whatever the header
-/// says (it is advisory over HTTP/2, and a chunked body may carry one too).
-/// Memory never holds more than the cap plus one chunk, whatever the sender
-/// claims or sends.
-///
-/// A body whose declared length is within the cap is read whole by the
-/// runtime, natively: HTTP framing gives it exactly that many bytes, and it
-/// costs about 4 ms less per MiB than chunk by chunk through the wasm
-/// (BENCHMARKS.md). Its length is checked again all the same.
+#[wasm_bindgen(inline_js = r#"
+export function readExactly(request, length) {
+  const exact = new FixedLengthStream(length);
+  const piped = request.body.pipeTo(exact.writable);
+  const whole = new Response(exact.readable).arrayBuffer();
+  return Promise.all([whole, piped]).then(([body]) => new Uint8Array(body));
+}
+"#)]
+extern "C" {
+    /// The body, exactly `length` bytes of it, gathered by the runtime:
+    /// rejects if the stream carries more or fewer, or breaks.
+    #[wasm_bindgen(js_name = readExactly)]
+    fn read_exactly(request: &web_sys::Request, length: f64) -> js_sys::Promise;
+}
+
+/// Reads a request's body, never more than `cap` bytes of it (plus one
+/// chunk), whatever the sender claims or sends. A declared `Content-Length`
+/// over the cap is refused before a byte is read. One within the cap is read
+/// whole by the runtime, natively, through a `FixedLengthStream` of that
+/// length, which errors if the stream carries more (the header is advisory
+/// over HTTP/2) or fewer: about 4 ms less per MiB than chunk by chunk
+/// through the wasm (BENCHMARKS.md). A body without a length (chunked) is
+/// read chunk by chunk, and refused as soon as its running total passes the
+/// cap.
 pub async fn read_capped(req: &mut Request, cap: usize) -> std::result::Result<Vec<u8>, BodyError> {
-    if declared_length(req).is_some_and(|n| n <= cap as u64) && has_body(req) {
-        let body = req
-            .bytes()
-            .await
-            .map_err(|e| BodyError::Unreadable(e.to_string()))?;
-        if body.len() > cap {
-            return Err(BodyError::TooLarge);
+    if let Some(length) = declared_length(req).filter(|&n| n <= cap as u64) {
+        if !has_body(req) {
+            return Ok(Vec::new());
         }
-        return Ok(body);
+        let body = JsFuture::from(read_exactly(req.inner(), length as f64))
+            .await
+            .map_err(|e| BodyError::Unreadable(format!("{e:?}")))?;
+        return Ok(js_sys::Uint8Array::new(&body).to_vec());
     }
     let mut body = Vec::new();
     read_chunks(req, cap, |chunk| body.extend_from_slice(&chunk)).await?;

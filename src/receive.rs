@@ -288,6 +288,10 @@ async fn receive(
     if identity.id.len() > providers::MAX_EVENT_ID_BYTES {
         return Err(Rejection::BadEventId.into());
     }
+    if identity.kind.len() > providers::MAX_EVENT_TYPE_BYTES {
+        let why = format!("event type over {} bytes", providers::MAX_EVENT_TYPE_BYTES);
+        return Err(Rejection::MalformedBody(why).into());
+    }
     trace.key = Some(event::dedupe_key(source, &identity.id));
     trace.kind = Some(identity.kind.clone());
 

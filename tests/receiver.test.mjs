@@ -285,6 +285,9 @@ describe("bad input is refused with a 4xx and writes nothing", () => {
     await refused(await sendStripe(JSON.stringify({ type: "x" })), 400, "missing_event_id");
     const noSession = JSON.stringify({ id: uniqueId("evt"), type: "checkout.session.completed", created: 1, data: { object: {} } });
     await refused(await sendStripe(noSession), 400, "malformed_body");
+    const longType = JSON.stringify({ id: uniqueId("evt"), type: "t".repeat(257), created: 1, data: { object: {} } });
+    await refused(await sendStripe(longType), 400, "malformed_body");
+    assert.equal(await w.inboxState(`stripe:${JSON.parse(longType).id}`), null);
     const star = starEvent({ repo: "octo/x" });
     const headers = githubHeaders(star, GITHUB, { delivery: "x", event: "star" });
     delete headers["x-github-delivery"];
@@ -292,13 +295,13 @@ describe("bad input is refused with a 4xx and writes nothing", () => {
     assert.equal(await totalLedgerRows(), before);
   });
 
-  test("an event whose effect cannot be planned is refused by its inbox, every concurrent copy, and nothing is kept", async () => {
+  test("an event whose effect cannot be planned is refused by its inbox, every concurrent copy, and nothing is stored", async () => {
     const before = await totalLedgerRows();
     const id = uniqueId("evt");
     const noSession = JSON.stringify({ id, type: "checkout.session.completed", created: 1, data: { object: {} } });
     const copies = await Promise.all(Array.from({ length: 10 }, () => sendStripe(noSession)));
     for (const res of copies) await refused(res, 400, "malformed_body");
-    assert.equal(await w.inboxState(`stripe:${id}`), null, "the inbox took its claim back");
+    assert.equal(await w.inboxState(`stripe:${id}`), null, "the inbox stored nothing");
     assert.equal(await totalLedgerRows(), before);
     const lines = w.logged("delivery").filter((l) => l.key === `stripe:${id}`);
     assert.equal(lines.length, 10);

@@ -15,7 +15,8 @@ use crate::fault::Fault;
 use crate::http;
 
 /// `POST`: a verified delivery ([`Handoff`]) → [`Answer`]; 422 with the
-/// reason when its effect cannot be planned (nothing is kept).
+/// reason when its effect cannot be planned, 400 when the handoff cannot be
+/// read (nothing is stored either way).
 pub(super) const DELIVER: &str = "/deliver";
 /// `GET`: → [`InboxState`], 404 when the inbox holds nothing.
 pub(super) const STATE: &str = "/state";
@@ -27,8 +28,11 @@ pub(super) const DISMISS: &str = "/dismiss";
 /// The inbox's status for "the claim failed: nothing was stored".
 pub(super) const NOT_STORED: u16 = 503;
 /// The inbox's status for "this event's effect cannot be planned": the
-/// event is refused, and nothing was kept.
+/// event is refused, and nothing was stored.
 pub(super) const UNPLANNABLE: u16 = 422;
+/// The inbox's status for "the handoff could not be read" (a worker of
+/// another version, during a deploy): nothing was stored.
+pub(super) const BAD_HANDOFF: u16 = 400;
 
 /// What the worker sends an inbox with each delivery: the event's fields in
 /// the query string, its body as the request body, exactly as signed. Not
@@ -144,7 +148,7 @@ pub enum DeliveryError {
     /// The inbox may hold the event (its answer was lost). A retry is safe:
     /// it is answered as a copy of the held event.
     Unconfirmed(String),
-    /// The event's effect cannot be planned (why): refused, nothing kept.
+    /// The event's effect cannot be planned (why): refused, nothing stored.
     Unplannable(String),
 }
 
@@ -171,6 +175,10 @@ pub async fn deliver(
         NOT_STORED => Err(DeliveryError::NotRecorded(
             "the inbox could not claim".into(),
         )),
+        BAD_HANDOFF => Err(DeliveryError::NotRecorded(format!(
+            "the inbox could not read the handoff: {}",
+            response.text().await.unwrap_or_default()
+        ))),
         UNPLANNABLE => Err(DeliveryError::Unplannable(
             response
                 .text()

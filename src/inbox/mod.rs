@@ -34,7 +34,7 @@ use worker::wasm_bindgen;
 use worker::{durable_object, DurableObject, Env, Method, Request, Response, Result, State};
 
 use self::attempt::Tried;
-use self::client::{Answer, Handoff, InboxState, NOT_STORED, UNPLANNABLE};
+use self::client::{Answer, Handoff, InboxState, BAD_HANDOFF, NOT_STORED, UNPLANNABLE};
 use self::state::{AlarmTask, EventState, Outcome, Rest};
 use self::store::{Claim, DeliveryKind, EventRow, LoggedDelivery, Store};
 use crate::clock::now_ms;
@@ -82,8 +82,14 @@ impl DurableObject for EventInbox {
             (Method::Post, client::DELIVER) => {
                 let url = req.inner().url();
                 let query = url.split_once('?').map_or("", |(_, query)| query);
-                let handoff = Handoff::from_parts(query, req.text().await?)?;
-                self.receive(handoff).await
+                // Bytes, then UTF-8: `text()` may drop a leading BOM, and the
+                // body must stay exactly as signed.
+                let body = String::from_utf8(req.bytes().await?)
+                    .map_err(|_| "handoff: the body is not UTF-8".to_string());
+                match body.and_then(|body| Handoff::from_parts(query, body)) {
+                    Ok(handoff) => self.receive(handoff).await,
+                    Err(e) => Response::error(e, BAD_HANDOFF),
+                }
             }
             (Method::Get, client::STATE) => match self.inbox_state().await? {
                 Some(state) => Response::from_json(&state),
@@ -166,10 +172,21 @@ impl EventInbox {
         let Handoff { event, fault } = handoff;
         let settings = self.settings()?;
 
-        // The claim. Synchronous SQL only: between the insert and the
-        // duplicate record no other request can run, and both are durable
-        // before the reply leaves (the output gate holds it). If it fails,
-        // nothing was stored, and the worker may say so.
+        // The plan and the claim, in one synchronous step: no other request
+        // can run in between, and the writes are durable before the reply
+        // leaves (the output gate holds it). The effect is planned here,
+        // once, for a new event only: a copy never parses the body for its
+        // effect. One that cannot be planned would fail every retry: it is
+        // refused before anything is stored, while the sender can see why.
+        let plan = if self.store.holds_event()? {
+            None
+        } else {
+            match effects::plan(&event, now_ms()) {
+                Ok(plan) => Some(plan),
+                Err(e) => return Response::error(e.0, UNPLANNABLE),
+            }
+        };
+        // If the claim fails, nothing was stored, and the worker may say so.
         let claim = if fault == Some(Fault::FailClaim) {
             Err("injected fault: claim".into())
         } else {
@@ -184,18 +201,6 @@ impl EventInbox {
         };
         let answer = match claim {
             Claim::First => {
-                // Planned here, once: a later copy never parses the body for
-                // its effect. An event that cannot be planned would fail
-                // every retry, so it is refused while the sender can see
-                // why, and its claim taken back in the same synchronous step:
-                // no other request saw it.
-                let plan = match effects::plan(&event, now_ms()) {
-                    Ok(plan) => plan,
-                    Err(e) => {
-                        self.store.unclaim()?;
-                        return Response::error(e.0, UNPLANNABLE);
-                    }
-                };
                 // Armed before the first attempt, so a crash from here on is
                 // retried.
                 self.set_alarm_in(settings.retry_base_ms).await?;
@@ -203,9 +208,7 @@ impl EventInbox {
                     return Err("injected fault: the reply is lost".into());
                 }
                 let source = event.source.clone();
-                let tried = self
-                    .attempt_effect(event, fault, settings, Some(plan))
-                    .await?;
+                let tried = self.attempt_effect(event, fault, settings, plan).await?;
                 if matches!(tried, Tried::Applied(_)) {
                     // Moved to the retention deadline with the effect's own
                     // writes, so the object is not woken again just to find

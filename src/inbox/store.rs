@@ -139,6 +139,12 @@ impl Store {
     }
 
     /// The event's state as stored now (after an `.await`, memory may be stale).
+    /// Whether this object holds an event; asked without creating a table,
+    /// so that an event refused before its claim leaves the object empty.
+    pub fn holds_event(&self) -> Result<bool> {
+        Ok(self.tables.has_event_table()? && self.state()?.is_some())
+    }
+
     pub fn state(&self) -> Result<Option<EventState>> {
         Ok(self
             .tables
@@ -214,14 +220,6 @@ impl Store {
             }
         }
         Ok(Claim::Held(state))
-    }
-
-    /// Takes back the claim just made, in the same synchronous step (no
-    /// other request has seen it): the event is refused, and the object
-    /// holds no event again.
-    pub fn unclaim(&self) -> Result<()> {
-        self.tables.sql.exec("DELETE FROM event", Vec::new())?;
-        Ok(())
     }
 
     /// Moves the event from `from` to `to`; a no-op in any other state.

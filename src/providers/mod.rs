@@ -143,6 +143,10 @@ pub enum Rejection {
 /// (Stripe `evt_…`, GitHub's UUIDs, Svix `msg_…`).
 pub const MAX_EVENT_ID_BYTES: usize = 256;
 
+/// The longest event type accepted (`checkout.session.completed`,
+/// `pull_request`): the id and type travel to the inbox in its URL.
+pub const MAX_EVENT_TYPE_BYTES: usize = 256;
+
 impl Rejection {
     pub fn status(&self) -> u16 {
         match self {

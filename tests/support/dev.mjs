@@ -102,6 +102,8 @@ export async function startDev({ port, persistTo, envFile, vars = {}, readyMs = 
   }
   return {
     url: `http://127.0.0.1:${port}`,
+    /** The runner's process group (runner, wrangler, workerd). */
+    pid: child.pid,
     output,
     /** SIGKILL to every process of the group; resolves when the port is free. */
     kill: gone,

@@ -1,0 +1,80 @@
+// The benchmark the way users run the worker: under `make dev`'s runner
+// (`wrangler dev`, its proxy and workerd), driven over loopback. Prints, per
+// scenario, events/s, p50/p99 and the CPU time of every process of the
+// runner's group (node runner, wrangler, workerd), and of workerd alone.
+//
+//   node bench/dev.mjs            (uses build/ as it is; make build first)
+//
+// DEV_EVENTS sets the events per scenario (default 1000).
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import { join } from "node:path";
+
+import { agent, checkoutBody, drive, signed } from "./harness.mjs";
+import { freePort, startDev, writeEnvFile } from "../tests/support/dev.mjs";
+
+const EVENTS = Number(process.env.DEV_EVENTS ?? 1000);
+const CONCURRENCY = 16;
+
+/** CPU ms (user + system) of each live process in group `pgid`, by name. */
+function groupCpuMs(pgid) {
+  const byName = {};
+  for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      if (Number(fields[2]) !== pgid) continue;
+      byName[name] = (byName[name] ?? 0) + ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return byName;
+}
+
+// State on tmpfs, as in bench/run.mjs.
+const tmp = mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir(), "webhooks-dev-bench-"));
+const envFile = join(tmp, "dev.vars");
+writeEnvFile(envFile, {
+  STRIPE_WEBHOOK_SECRET: "whsec_test_current",
+  GITHUB_WEBHOOK_SECRET: "gh_test_secret",
+  SIDE_EFFECTS: "log",
+});
+const port = await freePort();
+const dev = await startDev({ port, persistTo: join(tmp, "state"), envFile });
+const pgid = dev.pid;
+const url = `${dev.url}/webhooks/stripe`;
+
+async function scenario(name, requests, concurrency, expect) {
+  const before = groupCpuMs(pgid);
+  const { results, seconds } = await drive(url, requests, concurrency);
+  const after = groupCpuMs(pgid);
+  const wrong = results.filter((r) => !expect.includes(r.outcome));
+  if (wrong.length) throw new Error(`${name}: ${wrong.length} unexpected replies, e.g. ${JSON.stringify(wrong[0])}`);
+  const ms = results.map((r) => r.ms).sort((a, b) => a - b);
+  const total = Object.keys(after).reduce((sum, k) => sum + after[k] - (before[k] ?? 0), 0);
+  const workerd = (after.workerd ?? 0) - (before.workerd ?? 0);
+  return {
+    scenario: name,
+    requests: results.length,
+    "events/s": Math.round(results.length / seconds),
+    "p50 ms": +ms[Math.floor(ms.length / 2)].toFixed(1),
+    "p99 ms": +ms[Math.floor(ms.length * 0.99)].toFixed(1),
+    "all CPU ms/req": +(total / results.length).toFixed(2),
+    "workerd CPU ms/req": +(workerd / results.length).toFixed(2),
+  };
+}
+
+try {
+  await scenario("warm-up", Array.from({ length: 200 }, (_, i) => signed(checkoutBody(`devwarm${i}`))), CONCURRENCY, ["processed"]);
+  const distinct = Array.from({ length: EVENTS }, (_, i) => signed(checkoutBody(`dev${i}`)));
+  const rows = [];
+  rows.push(await scenario(`distinct (c=${CONCURRENCY})`, distinct, CONCURRENCY, ["processed"]));
+  rows.push(await scenario(`replay (c=${CONCURRENCY})`, distinct, CONCURRENCY, ["duplicate"]));
+  console.table(rows);
+} finally {
+  agent.destroy();
+  await dev.stop();
+  rmSync(tmp, { recursive: true, force: true });
+}
