@@ -60,11 +60,12 @@ pub fn has_body(req: &Request) -> bool {
 }
 
 #[wasm_bindgen(inline_js = r#"
-export function readExactly(request, length) {
+export async function readExactly(request, length) {
   const exact = new FixedLengthStream(length);
   const piped = request.body.pipeTo(exact.writable);
   const whole = new Response(exact.readable).arrayBuffer();
-  return Promise.all([whole, piped]).then(([body]) => new Uint8Array(body));
+  const [body] = await Promise.all([whole, piped]);
+  return new Uint8Array(body);
 }
 "#)]
 extern "C" {
@@ -84,7 +85,9 @@ extern "C" {
 /// read chunk by chunk, and refused as soon as its running total passes the
 /// cap.
 pub async fn read_capped(req: &mut Request, cap: usize) -> std::result::Result<Vec<u8>, BodyError> {
-    if let Some(length) = declared_length(req).filter(|&n| n <= cap as u64) {
+    // Not for a declared 0: a stream of length 0 never reads, and would wait
+    // forever on a sender that sends bytes anyway (chunked wins over it).
+    if let Some(length) = declared_length(req).filter(|&n| n > 0 && n <= cap as u64) {
         if !has_body(req) {
             return Ok(Vec::new());
         }

@@ -138,13 +138,18 @@ impl Store {
         row.map(|row| EventRow::decode(&row)).transpose()
     }
 
-    /// The event's state as stored now (after an `.await`, memory may be stale).
-    /// Whether this object holds an event; asked without creating a table,
-    /// so that an event refused before its claim leaves the object empty.
+    /// Whether this object holds an event row, whatever its state says;
+    /// asked without creating a table, so that an event refused before its
+    /// claim leaves the object empty.
     pub fn holds_event(&self) -> Result<bool> {
-        Ok(self.tables.has_event_table()? && self.state()?.is_some())
+        Ok(self.tables.has_event_table()?
+            && self
+                .tables
+                .first("SELECT 1 FROM event", Vec::new())?
+                .is_some())
     }
 
+    /// The event's state as stored now (after an `.await`, memory may be stale).
     pub fn state(&self) -> Result<Option<EventState>> {
         Ok(self
             .tables
