@@ -69,9 +69,12 @@ fn start() {
 async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
     log::configure(&env);
     let path = req.path();
+    // The dashboard's sign-in and action forms are read by their handlers.
+    let dashboard_form = path == "/admin/login"
+        || path.starts_with("/admin/events/")
+        || path.starts_with("/admin/outbox/");
     let reads_body = req.method() == Method::Post
-        && (path.starts_with("/webhooks/")
-            || (cfg!(feature = "dashboard") && path == "/admin/login"));
+        && (path.starts_with("/webhooks/") || (cfg!(feature = "dashboard") && dashboard_form));
     if !reads_body && http::has_body(&req) {
         // No other route reads a body. Drop a small one anyway, so that the
         // connection can carry the client's next request (left unread, the

@@ -1,7 +1,9 @@
 // The dashboard as a person sees it, in headless Chromium (Debian's, driven
-// by playwright-core): sign in, read the counters and the events, open one.
-// Saves tests/artifacts/dashboard.png, dashboard-event.png and
-// dashboard-failed-event.png (the copies in docs/ are these).
+// by playwright-core): sign in, read the counters and the events, open one;
+// Replay, Dismiss and Requeue, and a cross-site or tokenless post refused.
+// Saves tests/artifacts/dashboard.png, dashboard-event.png,
+// dashboard-failed-event.png and dashboard-requeued.png (the copies in
+// docs/ are these).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -17,6 +19,8 @@ let origin;
 let browser;
 const processedId = uniqueId("evt");
 const failedId = uniqueId("evt");
+const failedFromOverviewId = uniqueId("evt");
+const attackedId = uniqueId("evt");
 
 before(async () => {
   w = await startWorker(
@@ -36,12 +40,14 @@ before(async () => {
   const body = checkoutCompleted({ id: processedId });
   await send(body);
   await send(body);
-  await send(checkoutCompleted({ id: failedId }), { "x-test-fault": "effect-always-fails" });
+  for (const id of [failedId, failedFromOverviewId, attackedId]) {
+    await send(checkoutCompleted({ id }), { "x-test-fault": "effect-always-fails" });
+  }
   await w.post("/webhooks/stripe", body, stripeHeaders(body, "whsec_wrong")).then((r) => r.arrayBuffer());
   await eventually(
     async () =>
       (await w.scalar("SELECT count(*) FROM outbox WHERE event_id = ? AND status = 'dead'", processedId)) === 1 &&
-      (await w.scalar("SELECT count(*) FROM failed_events WHERE event_id = ?", failedId)) === 1,
+      (await w.scalar("SELECT count(*) FROM failed_events WHERE event_id IN (?, ?, ?)", failedId, failedFromOverviewId, attackedId)) === 3,
     20_000,
     "a dead side effect and a failed event",
   );
@@ -76,8 +82,8 @@ test("sign in, read the counters and events, open an event", async () => {
   const stripeRow = page.locator("table").first().locator("tr", { hasText: "stripe" });
   const cells = await stripeRow.locator("td").allTextContents();
   // source, received, processed, duplicates, rejected, ledger, failed, sent, dead
-  assert.deepEqual(cells.slice(0, 5), ["stripe", "4", "1", "1", "1"]);
-  assert.deepEqual(cells.slice(5), ["1", "1", "0", "1"]);
+  assert.deepEqual(cells.slice(0, 5), ["stripe", "6", "1", "1", "1"]);
+  assert.deepEqual(cells.slice(5), ["1", "3", "0", "1"]);
 
   const text = await page.locator("body").textContent();
   assert.match(text, new RegExp(processedId));
@@ -128,8 +134,91 @@ test("a failed event's page: Replay applies it once, and says so", async () => {
   await page.click("button:has-text('Replay')");
   await page.waitForURL(/\?done=applied$/);
   assert.match(await page.locator(".notice").textContent(), /Replayed: the effect was applied, once\./);
-  assert.equal(await page.locator("button", { hasText: "Replay" }).count(), 0, "no actions on a done event");
+  assert.equal(await page.locator("button", { hasText: "Dismiss" }).count(), 0, "a done event cannot be dismissed");
   assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", failedId), 1);
   assert.equal(await w.scalar("SELECT count(*) FROM failed_events WHERE event_id = ?", failedId), 0);
   await page.close();
+});
+
+/** A page signed in to the dashboard. */
+async function signedIn() {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  await page.goto(`${origin}/admin`);
+  await page.fill("#token", TOKEN);
+  await page.click("button[type=submit]");
+  await page.waitForURL(`${origin}/admin`);
+  return page;
+}
+
+test("from the overview: Replay a failed event, Requeue a dead side effect; each says what it did", async () => {
+  const page = await signedIn();
+  const failedRow = page.locator("tr", { hasText: failedFromOverviewId });
+  await failedRow.locator("button:has-text('Replay')").click();
+  await page.waitForURL(/\?done=applied$/);
+  assert.match(await page.locator(".notice").textContent(), /applied, once/);
+  assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", failedFromOverviewId), 1);
+
+  await page.goto(`${origin}/admin`);
+  const calls = w.target.calls.length;
+  const deadRow = page.locator("tr", { hasText: "send_receipt" }).filter({ hasText: processedId });
+  await deadRow.locator("button:has-text('Requeue')").click();
+  await page.waitForURL(`${origin}/admin?done=requeued`);
+  assert.match(await page.locator(".notice").textContent(), /Requeued: the side effect will be tried again/);
+  await page.screenshot({ path: "tests/artifacts/dashboard-requeued.png", fullPage: true });
+  // Performed once more, under its same key (the fake target still fails it).
+  const key = await w.scalar("SELECT idempotency_key FROM outbox WHERE event_id = ?", processedId);
+  await eventually(
+    () => w.target.calls.slice(calls).some((c) => c.idempotencyKey === key),
+    10_000,
+    "the requeued call, under its key",
+  );
+  await page.close();
+});
+
+test("Replay of an event already applied is a no-op, and says so", async () => {
+  const page = await signedIn();
+  await page.goto(`${origin}/admin/events/stripe/${processedId}`);
+  await page.click("button:has-text('Replay')");
+  await page.waitForURL(/\?done=no-op$/);
+  assert.match(await page.locator(".notice").textContent(), /No-op: the effect had already been applied\./);
+  assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", processedId), 1);
+  await page.close();
+});
+
+test("a post from another site, or without the session's form token, is refused and changes nothing", async () => {
+  const page = await signedIn();
+  const action = `${origin}/admin/events/stripe/${attackedId}/dismiss`;
+  // Another site's page, with a form aimed at the dashboard.
+  await page.route("http://evil.test/", (route) =>
+    route.fulfill({
+      contentType: "text/html",
+      body: `<form method="post" action="${action}"><input type="hidden" name="form_token" value="00"><button>win</button></form>`,
+    }),
+  );
+  await page.goto("http://evil.test/");
+  const [crossSite] = await Promise.all([page.waitForResponse(action), page.click("button")]);
+  // The cookie is SameSite=Strict: the dashboard sees no session, and asks to sign in.
+  assert.ok([401, 403].includes(crossSite.status()), String(crossSite.status()));
+
+  // Same origin, signed in, but no token: a script or a forgery that got the cookie sent.
+  const bare = await page.request.post(action, { form: { form_token: "" } });
+  assert.equal(bare.status(), 403);
+  const wrong = await page.request.post(action, { form: { form_token: "ab".repeat(32) } });
+  assert.equal(wrong.status(), 403);
+
+  assert.equal((await w.inboxState(`stripe:${attackedId}`)).state, "failed", "not dismissed");
+  const refused = w.logged("admin_action").filter((l) => l.target === `stripe:${attackedId}`);
+  assert.ok(refused.length >= 2 && refused.every((l) => l.outcome === "refused"), JSON.stringify(refused));
+  await page.close();
+});
+
+test("every action is an audit line naming the session by a digest, never the token", async () => {
+  const lines = w.logged("admin_action");
+  const done = lines.filter((l) => l.outcome !== "refused");
+  assert.ok(done.some((l) => l.action === "replay" && l.outcome === "applied"));
+  assert.ok(done.some((l) => l.action === "requeue" && l.outcome === "requeued"));
+  for (const line of lines) {
+    assert.match(line.session, /^[0-9a-f]{16}$/);
+    assert.ok(!JSON.stringify(line).includes(TOKEN), "the token is never logged");
+  }
 });

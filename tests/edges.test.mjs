@@ -744,19 +744,33 @@ describe("the dashboard resolves a failed event", () => {
       await login.arrayBuffer();
       const pageHtml = await (await s.mf.dispatchFetch(`http://localhost/admin/events/stripe/${id}`, { headers: { cookie } })).text();
       assert.match(pageHtml, /action="\/admin\/events\/stripe\/[^"]+\/dismiss"/);
-      const action = (headers) =>
+      const formToken = /name="form_token" value="([0-9a-f]{64})"/.exec(pageHtml)[1];
+      const action = (headers, token = formToken) =>
         s.mf.dispatchFetch(`http://localhost/admin/events/stripe/${id}/dismiss`, {
           method: "POST",
-          headers: { cookie, ...headers },
+          headers: { cookie, "content-type": "application/x-www-form-urlencoded", ...headers },
+          body: `form_token=${token}`,
           redirect: "manual",
         });
+      // With the session's own form token, but from another origin: refused.
       for (const headers of [{ origin: "http://evil.example" }, { "sec-fetch-site": "cross-site" }, { origin: "null" }]) {
         const forged = await action(headers);
         assert.equal(forged.status, 403, JSON.stringify(headers));
         await forged.arrayBuffer();
       }
+      // From this origin, but without the token, or with another: refused.
+      const sameOrigin = { origin: "http://localhost", "sec-fetch-site": "same-origin" };
+      for (const token of ["", "00".repeat(32), formToken.slice(0, 62)]) {
+        const forged = await action(sameOrigin, token);
+        assert.equal(forged.status, 403, `token ${JSON.stringify(token)}`);
+        await forged.arrayBuffer();
+      }
       assert.equal((await s.inboxState(`stripe:${id}`)).state, "failed");
-      const done = await action({ origin: "http://localhost", "sec-fetch-site": "same-origin" });
+      const refusals = s.logged("admin_action").filter((l) => l.outcome === "refused");
+      assert.equal(refusals.length, 6);
+      const logs = s.logs.join("\n");
+      assert.ok(!logs.includes(formToken) && !logs.includes(cookie.split("=")[1]), "no form token or cookie in the logs");
+      const done = await action(sameOrigin);
       assert.equal(done.status, 303);
       const location = done.headers.get("location");
       assert.match(location, /\?done=dismissed$/);

@@ -4,16 +4,29 @@
 //!
 //! Signing in takes the admin token; the session cookie holds an HMAC of a
 //! time under it (not the token), `HttpOnly` and `SameSite=Strict`.
+//!
+//! Actions — Replay and Dismiss an event, Requeue a dead side effect — are
+//! form posts that carry the session's form token (an HMAC of the session
+//! under the admin token, checked in constant time) and must come from this
+//! origin. Each answers with a redirect to a page saying what happened, and
+//! writes an audit line naming the session by a digest, never the token.
 
 use worker::{Env, Headers, Method, Request, Response, Result};
 
+use serde::Serialize;
+
 use super::html::{escape, page};
-use super::{admin_token, decode, pages, session_valid, session_value, token_matches};
+use super::{
+    admin_token, decode, form_token, form_token_ok, pages, queries, session_id, session_valid,
+    session_value, token_matches,
+};
 use crate::clock::now_ms;
 use crate::config;
+use crate::event::dedupe_key;
 use crate::http::{self, BodyError};
 use crate::inbox::client::{self, ActionResult};
 use crate::inbox::state::Outcome;
+use crate::log;
 
 const COOKIE: &str = "admin_session";
 
@@ -22,7 +35,7 @@ const LOGIN_FORM_MAX_BYTES: usize = 8 * 1024;
 
 pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response> {
     let Some(token) = admin_token(env) else {
-        return Response::error("not found", 404);
+        return unread(&mut req, Response::error("not found", 404)).await;
     };
     match (req.method(), path) {
         (Method::Post, "/admin/login") => {
@@ -51,51 +64,201 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
         }
         // Signing out clears the cookie; the browser forgets the session.
         (Method::Post, "/admin/logout") => set_cookie(&req, "", 0),
-        _ if !signed_in(&req, &token, env)? => page(401, "Sign in", &login_form(None)),
-        (Method::Get, "/admin") => pages::overview(env).await,
-        (Method::Get, p) => match p
+        _ => match session(&req, &token, env)? {
+            Some(session) => signed_in(req, env, path, &token, &session).await,
+            None => unread(&mut req, page(401, "Sign in", &login_form(None))).await,
+        },
+    }
+}
+
+/// `response`, to a request whose body no handler read: a POST's body is
+/// drained first (a small one; a large one is not worth reading), so that
+/// the connection can carry the client's next request.
+async fn unread(req: &mut Request, response: Result<Response>) -> Result<Response> {
+    if req.method() == Method::Post {
+        let _ = http::drain(req, http::UNWANTED_BODY_MAX_BYTES).await;
+    }
+    response
+}
+
+/// The pages and actions of a signed-in operator, whose session cookie is
+/// `session`.
+async fn signed_in(
+    mut req: Request,
+    env: &Env,
+    path: &str,
+    token: &str,
+    session: &str,
+) -> Result<Response> {
+    let notice = super::Query::of(&req)
+        .get("done")
+        .and_then(|code| NOTICES.iter().find(|(c, _)| *c == code))
+        .map(|(_, notice)| *notice);
+    let forms = form_token(token, session);
+    match req.method() {
+        Method::Get if path == "/admin" => pages::overview(env, &forms, notice).await,
+        Method::Get => match path
             .strip_prefix("/admin/events/")
             .and_then(|rest| rest.split_once('/'))
         {
             Some((source, id)) => {
-                let notice = super::Query::of(&req)
-                    .get("done")
-                    .and_then(|code| NOTICES.iter().find(|(c, _)| *c == code))
-                    .map(|(_, notice)| *notice);
-                pages::event(env, &decode(source), &decode(id), notice).await
+                pages::event(env, &decode(source), &decode(id), notice, &forms).await
             }
             None => page(404, "Not found", "<p>No such page.</p>"),
         },
-        (Method::Post, p) => {
-            let action = p
-                .strip_prefix("/admin/events/")
-                .and_then(|rest| rest.rsplit_once('/'))
-                .and_then(|(event, action)| Some((event.split_once('/')?, action)));
-            match action {
-                Some(_) if !same_origin(&req) => {
-                    page(403, "Refused", "<p>A cross-site request was refused.</p>")
+        Method::Post => {
+            let Some(action) = Action::parse(path) else {
+                return unread(&mut req, page(404, "Not found", "<p>No such action.</p>")).await;
+            };
+            let audit = Audit {
+                msg: "admin_action",
+                action: action.name(),
+                target: action.target(),
+                outcome: "refused",
+                session: session_id(session),
+            };
+            // Two locks: the browser says where the post comes from, and the
+            // form carries this session's token, which no other site can
+            // read. (The cookie is `SameSite=Strict` besides.)
+            let form = match http::read_capped(&mut req, ACTION_FORM_MAX_BYTES).await {
+                Ok(form) => form,
+                Err(BodyError::TooLarge) => {
+                    log::warn(&Audit {
+                        outcome: "too-large",
+                        ..audit
+                    });
+                    return page(413, "Too large", "<p>Request too large.</p>");
                 }
-                Some(((raw_source, raw_id), action @ ("replay" | "dismiss"))) => {
-                    let (source, id) = (decode(raw_source), decode(raw_id));
-                    let done = resolve(env, &source, &id, action).await;
-                    // Post, redirect, get: a reload does not post again.
-                    let headers = Headers::new();
-                    headers.set(
-                        "location",
-                        &format!("/admin/events/{raw_source}/{raw_id}?done={done}"),
-                    )?;
-                    Ok(Response::empty()?.with_status(303).with_headers(headers))
-                }
-                _ => page(404, "Not found", "<p>No such action.</p>"),
+                Err(BodyError::Unreadable(_)) => Vec::new(),
+            };
+            let presented = form_urlencoded::parse(&form)
+                .find(|(name, _)| name == "form_token")
+                .map(|(_, value)| value.into_owned())
+                .unwrap_or_default();
+            if !same_origin(&req) || !form_token_ok(token, session, &presented) {
+                log::warn(&audit);
+                return page(403, "Refused", "<p>A cross-site request was refused.</p>");
             }
+            let done = action.run(env).await;
+            log::warn(&Audit {
+                outcome: done,
+                ..audit
+            });
+            // Post, redirect, get: a reload does not post again.
+            let headers = Headers::new();
+            headers.set("location", &format!("{}?done={done}", action.back()))?;
+            Ok(Response::empty()?.with_status(303).with_headers(headers))
         }
         _ => page(405, "Not allowed", "<p>Method not allowed.</p>"),
     }
 }
 
-/// Whether the request carries a valid session cookie: made under this
-/// token, within the session lifetime (`ADMIN_SESSION_TTL`, default 12 h).
-fn signed_in(req: &Request, token: &str, env: &Env) -> Result<bool> {
+/// Largest action form read: it holds one token.
+const ACTION_FORM_MAX_BYTES: usize = 1024;
+
+/// The audit line of an operator's action: who (the session, by a digest
+/// of its cookie, never the token), what, on what, and how it ended.
+#[derive(Serialize)]
+struct Audit {
+    msg: &'static str,
+    action: &'static str,
+    target: String,
+    outcome: &'static str,
+    session: String,
+}
+
+/// An operator's action, by its path (segments as sent, percent-encoded).
+enum Action<'a> {
+    /// One more attempt at an event (a no-op if its effect committed).
+    Replay { source: &'a str, id: &'a str },
+    /// A decision not to apply a failed event.
+    Dismiss { source: &'a str, id: &'a str },
+    /// A dead side effect made due again.
+    Requeue { key: &'a str },
+}
+
+impl<'a> Action<'a> {
+    fn parse(path: &'a str) -> Option<Self> {
+        if let Some(key) = path
+            .strip_prefix("/admin/outbox/")
+            .and_then(|rest| rest.strip_suffix("/requeue"))
+            .filter(|key| !key.contains('/'))
+        {
+            return Some(Action::Requeue { key });
+        }
+        let (event, action) = path.strip_prefix("/admin/events/")?.rsplit_once('/')?;
+        let (source, id) = event.split_once('/')?;
+        match action {
+            "replay" => Some(Action::Replay { source, id }),
+            "dismiss" => Some(Action::Dismiss { source, id }),
+            _ => None,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Action::Replay { .. } => "replay",
+            Action::Dismiss { .. } => "dismiss",
+            Action::Requeue { .. } => "requeue",
+        }
+    }
+
+    /// The event's key, or the side effect's.
+    fn target(&self) -> String {
+        match self {
+            Action::Replay { source, id } | Action::Dismiss { source, id } => {
+                dedupe_key(&decode(source), &decode(id))
+            }
+            Action::Requeue { key } => decode(key),
+        }
+    }
+
+    /// The page to go back to: the event's, or the overview.
+    fn back(&self) -> String {
+        match self {
+            Action::Replay { source, id } | Action::Dismiss { source, id } => {
+                format!("/admin/events/{source}/{id}")
+            }
+            Action::Requeue { .. } => "/admin".into(),
+        }
+    }
+
+    /// Does it; returns what happened, as one of [`NOTICES`]' codes.
+    async fn run(&self, env: &Env) -> &'static str {
+        let (source, id) = match self {
+            Action::Requeue { key } => {
+                return match queries::requeue(env, &decode(key)).await {
+                    Ok(true) => "requeued",
+                    Ok(false) => "not-dead",
+                    Err(_) => "not-done",
+                };
+            }
+            Action::Replay { source, id } | Action::Dismiss { source, id } => {
+                (decode(source), decode(id))
+            }
+        };
+        let result = match self {
+            Action::Dismiss { .. } => client::dismiss(env, &source, &id).await,
+            _ => client::replay(env, &source, &id).await,
+        };
+        match result {
+            Ok(ActionResult::Done(answer)) => match answer.outcome {
+                Outcome::Processed => "applied",
+                Outcome::Duplicate => "no-op",
+                Outcome::Failed => "failed-again",
+                Outcome::Accepted => "in-flight",
+                Outcome::Dismissed => "dismissed",
+            },
+            Ok(ActionResult::NoEvent) => "no-event",
+            Ok(ActionResult::NotFailed) => "not-failed",
+            Ok(ActionResult::Failed(_)) | Err(_) => "not-done",
+        }
+    }
+}
+
+/// The request's valid session cookie, if any: made under this token,
+/// within the session lifetime (`ADMIN_SESSION_TTL`, default 12 h).
+fn session(req: &Request, token: &str, env: &Env) -> Result<Option<String>> {
     let ttl_ms = config::admin_session_ttl_ms(env)?;
     let now = now_ms();
     let cookies = req
@@ -107,7 +270,8 @@ fn signed_in(req: &Request, token: &str, env: &Env) -> Result<bool> {
     Ok(cookies
         .split(';')
         .filter_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-        .any(|value| session_valid(value, token, now, ttl_ms)))
+        .find(|value| session_valid(value, token, now, ttl_ms))
+        .map(str::to_string))
 }
 
 /// Whether a form post comes from this dashboard. The session cookie is
@@ -131,31 +295,8 @@ fn same_origin(req: &Request) -> bool {
     header("origin").is_none_or(|origin| origin == own_origin)
 }
 
-/// An operator's resolution of a failed event, from its page: a replay
-/// (one more attempt) or a dismissal. Returns what happened, as one of
-/// [`NOTICES`]' codes, for the page it redirects to.
-async fn resolve(env: &Env, source: &str, id: &str, action: &str) -> &'static str {
-    let result = if action == "replay" {
-        client::replay(env, source, id).await
-    } else {
-        client::dismiss(env, source, id).await
-    };
-    match result {
-        Ok(ActionResult::Done(answer)) => match answer.outcome {
-            Outcome::Processed => "applied",
-            Outcome::Duplicate => "no-op",
-            Outcome::Failed => "failed-again",
-            Outcome::Accepted => "in-flight",
-            Outcome::Dismissed => "dismissed",
-        },
-        Ok(ActionResult::NoEvent) => "no-event",
-        Ok(ActionResult::NotFailed) => "not-failed",
-        Ok(ActionResult::Failed(_)) | Err(_) => "not-done",
-    }
-}
-
-/// What an action did, by the code in the event page's `?done=`.
-const NOTICES: [(&str, &str); 8] = [
+/// What an action did, by the code in the page's `?done=`.
+const NOTICES: [(&str, &str); 10] = [
     ("applied", "Replayed: the effect was applied, once."),
     ("no-op", "No-op: the effect had already been applied."),
     (
@@ -173,6 +314,11 @@ const NOTICES: [(&str, &str); 8] = [
         "not-done",
         "Not done: the inbox or D1 did not answer; try again.",
     ),
+    (
+        "requeued",
+        "Requeued: the side effect will be tried again, with the same key.",
+    ),
+    ("not-dead", "Only a dead side effect can be requeued."),
 ];
 
 /// Answers 303 to `/admin`, setting the session cookie (empty and expired

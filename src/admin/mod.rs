@@ -102,6 +102,28 @@ pub fn session_valid(value: &str, token: &str, now: i64, ttl_ms: i64) -> bool {
     })
 }
 
+#[cfg(feature = "dashboard")]
+/// The token every dashboard form carries, for the session `session` (a
+/// cookie value): an HMAC of it under the admin token. A cross-site page
+/// cannot read it, so it cannot forge a form that passes [`form_token_ok`].
+pub fn form_token(token: &str, session: &str) -> String {
+    Tag::sha256(token.as_bytes(), &[b"dashboard-form\n", session.as_bytes()]).to_hex()
+}
+
+#[cfg(feature = "dashboard")]
+/// Whether a posted form's token is the session's, in constant time.
+pub fn form_token_ok(token: &str, session: &str, presented: &str) -> bool {
+    let expected = Tag::sha256(token.as_bytes(), &[b"dashboard-form\n", session.as_bytes()]);
+    hex::decode(presented).is_ok_and(|presented| expected.matches(&presented))
+}
+
+#[cfg(feature = "dashboard")]
+/// A short name for a session in audit lines: a digest of its cookie, from
+/// which neither the cookie nor the token can be recovered.
+pub fn session_id(session: &str) -> String {
+    crate::event::sha256_hex(session.as_bytes())[..16].to_string()
+}
+
 /// A path segment, percent-decoded (an event id may hold any character).
 pub fn decode(segment: &str) -> String {
     js_sys::decode_uri_component(segment)
@@ -176,5 +198,27 @@ mod tests {
         let forged = cookie.replacen("1000000", "1000001", 1);
         assert!(!session_valid(&forged, "token", 1_000_000, 60_000));
         assert!(!session_valid("garbage", "token", 1_000_000, 60_000));
+    }
+
+    #[test]
+    fn a_form_token_is_the_sessions_own_under_the_admin_token() {
+        let session = session_value("token", 1_000_000);
+        let form = form_token("token", &session);
+        assert!(form_token_ok("token", &session, &form));
+        let other_session = session_value("token", 1_000_001);
+        assert!(
+            !form_token_ok("token", &other_session, &form),
+            "another session's"
+        );
+        assert!(
+            !form_token_ok("other", &session, &form),
+            "under another token"
+        );
+        assert!(!form_token_ok("token", &session, ""), "missing");
+        assert!(!form_token_ok("token", &session, &form[..62]), "truncated");
+        assert!(!form_token_ok("token", &session, "not hex"));
+        let id = session_id(&session);
+        assert_eq!(id.len(), 16);
+        assert!(!session.contains(&id) && !"token".contains(&id));
     }
 }

@@ -19,6 +19,39 @@ fn event_path(source: &str, id: &str) -> String {
     format!("/admin/events/{}/{}", encode(source), encode(id))
 }
 
+/// A button that posts an action, with the session's form token (see
+/// `dashboard`: a post without it is refused).
+fn action_button(path: &str, label: &str, forms: &str) -> String {
+    format!(
+        r#"<form class="actions" method="post" action="{}"><input type="hidden" name="form_token" value="{}"><button type="submit">{label}</button></form>"#,
+        escape(path),
+        escape(forms)
+    )
+}
+
+/// Replay and Dismiss for a failed event.
+fn failed_actions(source: &str, id: &str, forms: &str) -> String {
+    let path = event_path(source, id);
+    action_button(&format!("{path}/replay"), "Replay", forms)
+        + &action_button(&format!("{path}/dismiss"), "Dismiss", forms)
+}
+
+/// Requeue for a dead side effect.
+fn requeue_button(key: &str, forms: &str) -> String {
+    action_button(
+        &format!("/admin/outbox/{}/requeue", encode(key)),
+        "Requeue",
+        forms,
+    )
+}
+
+/// The outcome of the action just taken, if any.
+fn notice_html(notice: Option<&str>) -> String {
+    notice.map_or(String::new(), |n| {
+        format!(r#"<p class="notice"><strong>{}</strong></p>"#, escape(n))
+    })
+}
+
 fn event_link(source: &str, id: &str) -> String {
     td(format!(
         r#"<a href="{}"><code>{}</code></a>"#,
@@ -51,7 +84,9 @@ fn event_rows(events: &[queries::ListedEvent]) -> Vec<Vec<String>> {
         .collect()
 }
 
-pub async fn overview(env: &Env) -> Result<Response> {
+/// The overview; `forms` is the session's form token, `notice` the outcome
+/// of the action just taken.
+pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Response> {
     let stats = queries::stats(env).await?.decode()?;
     let all = EventFilter::default();
     let processed = queries::events(env, Listing::Processed, &all, 25)
@@ -110,7 +145,14 @@ pub async fn overview(env: &Env) -> Result<Response> {
         })
         .collect();
     let recent = event_rows(&processed);
-    let failures = event_rows(&failed);
+    let failures: Vec<Vec<String>> = event_rows(&failed)
+        .into_iter()
+        .zip(&failed)
+        .map(|(mut row, e)| {
+            row.push(td(failed_actions(&e.source, &e.event_id, forms)));
+            row
+        })
+        .collect();
     let dead_rows: Vec<Vec<String>> = dead
         .iter()
         .map(|r| {
@@ -121,11 +163,13 @@ pub async fn overview(env: &Env) -> Result<Response> {
                 td(escape(&r.action)),
                 num(r.attempts),
                 bad(r.last_error.as_deref()),
+                td(requeue_button(&r.idempotency_key, forms)),
             ]
         })
         .collect();
+    let notice = notice_html(notice);
     let body = format!(
-        r#"{LOGOUT}<p class="muted">Counters: deliveries counted by the worker, flushed every few seconds. Events, failures and side effects: counted in D1.</p>
+        r#"{LOGOUT}{notice}<p class="muted">Counters: deliveries counted by the worker, flushed every few seconds. Events, failures and side effects: counted in D1.</p>
 <h2>Sources</h2>{}
 <h2>Recent events</h2>{}
 <h2>Failed events</h2>{}
@@ -149,35 +193,41 @@ pub async fn overview(env: &Env) -> Result<Response> {
             &recent
         ),
         table(
-            &["failed at", "source", "event", "type", "last error"],
+            &["failed at", "source", "event", "type", "last error", ""],
             &failures
         ),
         table(
-            &["updated", "event", "action", "attempts", "last error"],
+            &["updated", "event", "action", "attempts", "last error", ""],
             &dead_rows
         ),
     );
     page(200, "Webhooks", &body)
 }
 
-pub async fn event(env: &Env, source: &str, id: &str, notice: Option<&str>) -> Result<Response> {
+/// One event's page; `forms` and `notice` as for [`overview`].
+pub async fn event(
+    env: &Env,
+    source: &str,
+    id: &str,
+    notice: Option<&str>,
+    forms: &str,
+) -> Result<Response> {
     let event = queries::event(env, source, id).await?;
     let inbox = event.inbox.map(|state| state.decode()).transpose()?;
     let records = event.records.decode()?;
-    let notice = notice.map_or(String::new(), |n| {
-        format!(r#"<p class="notice"><strong>{}</strong></p>"#, escape(n))
-    });
+    let notice = notice_html(notice);
     let inbox = inbox.as_ref();
     // A failed event waits for an operator: one more attempt, or a decision
-    // not to apply it.
-    let actions = if inbox.is_some_and(|i| i.state == EventState::Failed) {
-        format!(
-            r#"<form class="actions" method="post" action="{0}/replay"><button type="submit">Replay</button></form>
-<form class="actions" method="post" action="{0}/dismiss"><button type="submit">Dismiss</button></form>"#,
-            escape(&event_path(source, id))
-        )
-    } else {
-        String::new()
+    // not to apply it. Any other held event may be replayed: a no-op once
+    // its effect has committed, which the page then says.
+    let actions = match inbox.map(|i| i.state) {
+        Some(EventState::Failed) => failed_actions(source, id, forms),
+        Some(EventState::Dismissed) | None => String::new(),
+        Some(_) => action_button(
+            &format!("{}/replay", event_path(source, id)),
+            "Replay",
+            forms,
+        ),
     };
     let inbox_html = match inbox {
         None => r#"<p class="muted">The inbox holds nothing for this event (never received, or past retention).</p>"#.into(),
@@ -243,6 +293,11 @@ pub async fn event(env: &Env, source: &str, id: &str, notice: Option<&str>) -> R
                 code(&r.idempotency_key),
                 td(html::text(r.note.as_deref())),
                 td(html::text(r.last_error.as_deref())),
+                td(if r.status == OutboxStatus::Dead {
+                    requeue_button(&r.idempotency_key, forms)
+                } else {
+                    String::new()
+                }),
             ]
         })
         .collect();
@@ -260,7 +315,8 @@ pub async fn event(env: &Env, source: &str, id: &str, notice: Option<&str>) -> R
                 "attempts",
                 "idempotency key",
                 "note",
-                "last error"
+                "last error",
+                ""
             ],
             &outbox
         ),
