@@ -40,6 +40,8 @@ before(async () => {
   const body = checkoutCompleted({ id: processedId });
   await send(body);
   await send(body);
+  // A copy under the same id whose bytes differ (signed all the same).
+  await send(checkoutCompleted({ id: processedId, amount: 2001 }));
   for (const id of [failedId, failedFromOverviewId, attackedId]) {
     await send(checkoutCompleted({ id }), { "x-test-fault": "effect-always-fails" });
   }
@@ -82,7 +84,7 @@ test("sign in, read the counters and events, open an event", async () => {
   const stripeRow = page.locator("table").first().locator("tr", { hasText: "stripe" });
   const cells = await stripeRow.locator("td").allTextContents();
   // source, received, processed, duplicates, rejected, ledger, failed, sent, dead
-  assert.deepEqual(cells.slice(0, 5), ["stripe", "6", "1", "1", "1"]);
+  assert.deepEqual(cells.slice(0, 5), ["stripe", "7", "1", "2", "1"]);
   assert.deepEqual(cells.slice(5), ["1", "3", "0", "1"]);
 
   const text = await page.locator("body").textContent();
@@ -97,12 +99,17 @@ test("sign in, read the counters and events, open an event", async () => {
   const detail = await page.locator("body").textContent();
   assert.match(detail, /Deliveries/);
   const inbox = await page.locator("table").first().locator("tbody td").allTextContents();
-  assert.deepEqual(inbox.slice(0, 3), ["done", "2", "1"]);
+  assert.deepEqual(inbox.slice(0, 3), ["done", "3", "1"]);
   assert.match(detail, /checkout\.session\.completed/);
   const copies = await page.locator("table").nth(1).locator("tbody tr").allTextContents();
-  assert.equal(copies.length, 2, "both copies are in the delivery log");
+  assert.equal(copies.length, 3, "every copy is in the delivery log");
   assert.match(copies[0], /first/);
-  assert.match(copies[1], /duplicate/);
+  assert.match(copies[1], /duplicate.*same as the first/);
+  assert.match(copies[2], /duplicate.*differs from the first/);
+  // The stored payload, indented for reading, its values as sent.
+  const shown = await page.locator("details pre").textContent();
+  assert.match(shown, new RegExp(`^\\{\\n  "id": "${processedId}",\\n`));
+  assert.match(shown, /"amount_total": 2000,/);
   assert.match(detail, /send_receipt.*dead/s);
   await page.screenshot({ path: "tests/artifacts/dashboard-event.png", fullPage: true });
   await page.close();

@@ -98,9 +98,110 @@ button {{ font: inherit; padding: .4rem 1rem; margin-top: .5rem; }}
         .with_headers(headers))
 }
 
+/// Payloads longer than this are shown collapsed.
+const PAYLOAD_OPEN_MAX_BYTES: usize = 16 * 1024;
+
+/// A stored payload for reading: indented when it is JSON, escaped, and
+/// collapsed past 16 KiB. Re-indented character by character, not parsed
+/// and re-encoded, so every value (a 20-digit number, an escape) reads as
+/// it was sent.
+pub fn payload(body: &str) -> String {
+    let is_json = serde_json::from_str::<serde::de::IgnoredAny>(body).is_ok();
+    let shown = if is_json {
+        indent_json(body)
+    } else {
+        body.to_string()
+    };
+    let open = if body.len() <= PAYLOAD_OPEN_MAX_BYTES {
+        " open"
+    } else {
+        ""
+    };
+    format!(
+        r#"<details{open}><summary>{} bytes{}</summary><pre>{}</pre></details>"#,
+        body.len(),
+        if is_json { ", JSON" } else { "" },
+        escape(&shown)
+    )
+}
+
+/// Valid JSON, two spaces an indent, its tokens untouched.
+fn indent_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len() * 2);
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let mut chars = json.chars().peekable();
+    let newline = |out: &mut String, depth: usize| {
+        out.push('\n');
+        out.push_str(&"  ".repeat(depth));
+    };
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                out.push(c);
+            }
+            '{' | '[' => {
+                out.push(c);
+                while chars.peek().is_some_and(|c| c.is_ascii_whitespace()) {
+                    chars.next();
+                }
+                if matches!(chars.peek(), Some('}' | ']')) {
+                    out.extend(chars.next());
+                } else {
+                    depth += 1;
+                    newline(&mut out, depth);
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(c);
+            }
+            ',' => {
+                out.push(c);
+                newline(&mut out, depth);
+            }
+            ':' => out.push_str(": "),
+            c if c.is_ascii_whitespace() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_is_indented_with_every_token_as_sent() {
+        let sent = r#"{"id":"evt_1","n":12345678901234567890,"s":"a, \"b\": {c}","e":{},"l":[1, [ ] ,{"k":null}]}"#;
+        assert_eq!(
+            indent_json(sent),
+            "{\n  \"id\": \"evt_1\",\n  \"n\": 12345678901234567890,\n  \"s\": \"a, \\\"b\\\": {c}\",\n  \"e\": {},\n  \"l\": [\n    1,\n    [],\n    {\n      \"k\": null\n    }\n  ]\n}"
+        );
+    }
+
+    #[test]
+    fn a_payload_is_escaped_and_collapsed_when_large() {
+        let small = payload(r#"{"x":"<script>"}"#);
+        assert!(small.starts_with("<details open>") && small.contains(", JSON"));
+        assert!(small.contains("&lt;script&gt;") && !small.contains("<script>"));
+        let text = payload("a=1&b=<2>");
+        assert!(!text.contains("JSON") && text.contains("a=1&amp;b=&lt;2&gt;"));
+        let large = payload(&format!(r#"{{"pad":"{}"}}"#, "x".repeat(20_000)));
+        assert!(large.starts_with("<details><summary>"));
+    }
 
     #[test]
     fn markup_in_values_is_escaped() {

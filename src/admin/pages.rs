@@ -250,22 +250,37 @@ pub async fn event(
             ]],
         ),
     };
-    let deliveries: Vec<Vec<String>> = inbox
-        .map_or(&[][..], |i| &i.delivery_log)
+    let log = inbox.map_or(&[][..], |i| &i.delivery_log);
+    let first_sha256 = log.first().map(|d| d.sha256.as_str());
+    let deliveries: Vec<Vec<String>> = log
         .iter()
-        .map(|d| {
+        .enumerate()
+        .map(|(n, d)| {
+            // A copy signed under the same id with other bytes: worth a look.
+            let payload = match n {
+                0 => td("first".into()),
+                _ if Some(d.sha256.as_str()) == first_sha256 => td("same as the first".into()),
+                _ => bad(Some("differs from the first")),
+            };
             vec![
                 td(time(Some(d.at))),
                 td(escape(&d1::stored_name(&d.kind))),
                 num(d.bytes),
                 code(&d.sha256),
+                payload,
             ]
         })
         .collect();
     let deliveries_html = table(
-        &["arrived", "delivery", "bytes", "payload SHA-256"],
+        &["arrived", "delivery", "bytes", "payload SHA-256", "payload"],
         &deliveries,
     );
+    let payload_html = inbox.map_or(String::new(), |i| {
+        format!(
+            "<h2>Payload</h2><p class=\"muted\">As the inbox stores it (the first delivery's bytes, exactly as signed), indented for reading.</p>{}",
+            html::payload(&i.body)
+        )
+    });
     let dismissed_at = records.failure.as_ref().and_then(|f| f.dismissed_at);
     let ledger_html = match (&records.ledger, dismissed_at) {
         (None, _) => r#"<p class="muted">No ledger row: the effect has not committed.</p>"#.into(),
@@ -305,6 +320,7 @@ pub async fn event(
         r#"{LOGOUT}<p><a href="/admin">← all events</a> · <code>{}</code></p>{notice}{actions}
 <h2>Deliveries</h2>{inbox_html}
 <p class="muted">Every delivery below passed signature verification: nothing else reaches the inbox.</p>{deliveries_html}
+{payload_html}
 <h2>Effect</h2>{ledger_html}
 <h2>Side effects</h2>{}"#,
         escape(&format!("{source}:{id}")),
