@@ -2,8 +2,8 @@
 // by playwright-core): sign in, read the counters and the events, open one;
 // Replay, Dismiss and Requeue, and a cross-site or tokenless post refused.
 // Saves tests/artifacts/dashboard.png, dashboard-event.png,
-// dashboard-failed-event.png and dashboard-requeued.png (the copies in
-// docs/ are these).
+// dashboard-failed-event.png, dashboard-requeued.png and dashboard-find.png
+// (the copies in docs/ are these).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -216,6 +216,50 @@ test("a post from another site, or without the session's form token, is refused 
   assert.equal((await w.inboxState(`stripe:${attackedId}`)).state, "failed", "not dismissed");
   const refused = w.logged("admin_action").filter((l) => l.target === `stripe:${attackedId}`);
   assert.ok(refused.length >= 2 && refused.every((l) => l.outcome === "refused"), JSON.stringify(refused));
+  await page.close();
+});
+
+test("find events by id or key, status, type and day, 50 a page, older pages by keyset", async () => {
+  // 60 events of a type no effect handles (the ledger row alone).
+  const ids = Array.from({ length: 60 }, () => uniqueId("evt"));
+  for (let i = 0; i < ids.length; i += 10) {
+    await Promise.all(
+      ids.slice(i, i + 10).map((id) => {
+        const body = JSON.stringify({ id, object: "event", type: "invoice.paid", created: 1, data: { object: {} } });
+        return w.post("/webhooks/stripe", body, stripeHeaders(body, "whsec_test_current")).then((r) => r.json());
+      }),
+    );
+  }
+  const page = await signedIn();
+  await page.click("a:has-text('Find events')");
+  await page.waitForURL(`${origin}/admin/events`);
+  const rowIds = async () => page.locator("table tbody tr td:nth-child(3)").allTextContents();
+
+  await page.fill("input[name=q]", processedId);
+  await page.click("button:has-text('Find')");
+  assert.deepEqual(await rowIds(), [processedId]);
+
+  await page.goto(`${origin}/admin/events`);
+  await page.fill("input[name=q]", `stripe:${attackedId}`);
+  await page.selectOption("select[name=status]", "failed");
+  await page.click("button:has-text('Find')");
+  assert.deepEqual(await rowIds(), [attackedId]);
+  assert.equal(await page.locator("button", { hasText: "Replay" }).count(), 1, "a failed event's actions");
+
+  const today = new Date().toISOString().slice(0, 10);
+  const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10);
+  await page.goto(`${origin}/admin/events?type=invoice.paid&from=${tomorrow}`);
+  assert.match(await page.locator("body").textContent(), /None\./);
+
+  await page.goto(`${origin}/admin/events?type=invoice.paid&from=${today}&to=${today}`);
+  const first = await rowIds();
+  assert.equal(first.length, 50);
+  await page.screenshot({ path: "tests/artifacts/dashboard-find.png", fullPage: false });
+  await page.click("a.older");
+  const second = await rowIds();
+  assert.equal(second.length, 10);
+  assert.deepEqual([...first, ...second].sort(), [...ids].sort(), "every event once, on one page or the other");
+  assert.equal(await page.locator("a.older").count(), 0, "no page after the last");
   await page.close();
 });
 

@@ -69,6 +69,7 @@ async fn list_events(env: &Env, query: &Query) -> Result<Response> {
     let filter = EventFilter {
         source: query.get("source"),
         kind: query.get("type"),
+        ..EventFilter::default()
     };
     #[derive(Serialize)]
     struct EventList {

@@ -97,6 +97,9 @@ async fn signed_in(
     let forms = form_token(token, session);
     match req.method() {
         Method::Get if path == "/admin" => pages::overview(env, &forms, notice).await,
+        Method::Get if path == "/admin/events" => {
+            pages::events(env, &super::Query::of(&req), &forms).await
+        }
         Method::Get => match path
             .strip_prefix("/admin/events/")
             .and_then(|rest| rest.split_once('/'))

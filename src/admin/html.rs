@@ -83,6 +83,7 @@ th, td {{ text-align: left; padding: .35rem .6rem; border-bottom: 1px solid #e3e
 th {{ background: #f4f6f9; font-weight: 600; }} td.n {{ text-align: right; font-variant-numeric: tabular-nums; }}
 code {{ font-size: .92em; }} .bad {{ color: #b3261e; }} .ok {{ color: #1b7f3b; }} .muted {{ color: #687083; }}
 form.login {{ max-width: 22rem; }} form.logout {{ float: right; }} form.actions {{ display: inline-block; margin-right: .5rem; }}
+form.find {{ display: flex; flex-wrap: wrap; gap: .5rem; align-items: center; margin: 1rem 0; }} form.find input {{ width: auto; }} form.find input[name=q] {{ flex: 1 1 16rem; }}
 .notice {{ background: #eef4ff; padding: .5rem .8rem; }} input {{ font: inherit; padding: .4rem; width: 100%; box-sizing: border-box; }}
 button {{ font: inherit; padding: .4rem 1rem; margin-top: .5rem; }}
 </style></head><body>

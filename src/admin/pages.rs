@@ -2,11 +2,11 @@
 //! dead side effects) and one page per event (its deliveries, effect and
 //! side effects, and the actions on a failed one).
 
-use worker::{Env, Response, Result};
+use worker::{js_sys, Env, Response, Result};
 
-use super::encode;
 use super::html::{self, bad, code, escape, num, page, table, td, time};
 use super::queries::{self, EventFilter, Listing};
+use super::{encode, Query};
 use crate::d1;
 use crate::inbox::state::EventState;
 use crate::outbox::OutboxStatus;
@@ -171,7 +171,7 @@ pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Re
     let body = format!(
         r#"{LOGOUT}{notice}<p class="muted">Counters: deliveries counted by the worker, flushed every few seconds. Events, failures and side effects: counted in D1.</p>
 <h2>Sources</h2>{}
-<h2>Recent events</h2>{}
+<h2>Recent events</h2><p><a href="/admin/events">Find events: by id, source, type, status and day →</a></p>{}
 <h2>Failed events</h2>{}
 <h2>Dead side effects</h2>{}"#,
         table(
@@ -202,6 +202,102 @@ pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Re
         ),
     );
     page(200, "Webhooks", &body)
+}
+
+/// Events listed per page of the finder.
+const PAGE: u32 = 50;
+
+/// A day (`YYYY-MM-DD`, as a date input sends it) as ms since the epoch
+/// at its start, UTC; `None` if it is not one.
+fn day_ms(day: Option<&str>) -> Option<i64> {
+    let ms = js_sys::Date::parse(day?);
+    ms.is_finite().then_some(ms as i64)
+}
+
+/// The finder: events by id or key, source, type, status and days, newest
+/// first, a page at a time (keyset on the listing's time).
+pub async fn events(env: &Env, query: &Query, forms: &str) -> Result<Response> {
+    let listing = match query.get("status") {
+        Some("failed") => Listing::Failed,
+        _ => Listing::Processed,
+    };
+    let (from, to) = (query.get("from"), query.get("to"));
+    let after_at = query.get("after").and_then(|ms| ms.parse::<i64>().ok());
+    let filter = EventFilter {
+        source: query.get("source"),
+        kind: query.get("type"),
+        id_or_key: query.get("q").map(str::trim).filter(|q| !q.is_empty()),
+        since: day_ms(from),
+        // Through the end of the `to` day.
+        until: day_ms(to).map(|start| start + 86_400_000),
+        after: after_at.map(|at| {
+            let source = query.get("after_source").unwrap_or_default();
+            (at, source, query.get("after_id").unwrap_or_default())
+        }),
+    };
+    let found = queries::events(env, listing, &filter, PAGE)
+        .await?
+        .decode()?;
+    let mut rows = event_rows(&found);
+    if listing == Listing::Failed {
+        for (row, e) in rows.iter_mut().zip(&found) {
+            row.push(td(failed_actions(&e.source, &e.event_id, forms)));
+        }
+    }
+    // The next page starts after the last event of this one.
+    let older = match found.last() {
+        Some(last) if found.len() == PAGE as usize => {
+            let at = match listing {
+                Listing::Processed => last.processed_at,
+                Listing::Failed => last.failed_at,
+            };
+            let mut next = form_urlencoded::Serializer::new(String::new());
+            for name in ["q", "status", "source", "type", "from", "to"] {
+                if let Some(value) = query.get(name) {
+                    next.append_pair(name, value);
+                }
+            }
+            next.append_pair("after", &at.unwrap_or_default().to_string())
+                .append_pair("after_source", &last.source)
+                .append_pair("after_id", &last.event_id);
+            format!(
+                r#"<p><a class="older" href="/admin/events?{}">Older events →</a></p>"#,
+                escape(&next.finish())
+            )
+        }
+        _ => String::new(),
+    };
+    let value = |name: &str| escape(query.get(name).unwrap_or_default());
+    let selected = |status: Listing| if status == listing { " selected" } else { "" };
+    let heading = match listing {
+        Listing::Processed => "processed at",
+        Listing::Failed => "failed at",
+    };
+    let mut headers = vec![heading, "source", "event", "type", "status"];
+    if listing == Listing::Failed {
+        headers.push("");
+    }
+    let body = format!(
+        r#"{LOGOUT}<p><a href="/admin">← overview</a></p>
+<form class="find" method="get" action="/admin/events">
+<input name="q" placeholder="event id, or source:id" value="{}" aria-label="event id or key">
+<select name="status" aria-label="status"><option value="processed"{}>processed</option><option value="failed"{}>failed</option></select>
+<input name="source" placeholder="source" value="{}" aria-label="source">
+<input name="type" placeholder="type" value="{}" aria-label="type">
+<label>from <input type="date" name="from" value="{}"></label>
+<label>to <input type="date" name="to" value="{}"></label>
+<button type="submit">Find</button></form>
+{}{older}"#,
+        value("q"),
+        selected(Listing::Processed),
+        selected(Listing::Failed),
+        value("source"),
+        value("type"),
+        value("from"),
+        value("to"),
+        table(&headers, &rows),
+    );
+    page(200, "Find events", &body)
 }
 
 /// One event's page; `forms` and `notice` as for [`overview`].

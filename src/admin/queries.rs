@@ -122,6 +122,16 @@ pub struct OutboxCount {
 pub struct EventFilter<'a> {
     pub source: Option<&'a str>,
     pub kind: Option<&'a str>,
+    /// An event id in any source, or a key (`"{source}:{id}"`).
+    pub id_or_key: Option<&'a str>,
+    /// Listed at or after this time (ms), and before `until`.
+    pub since: Option<i64>,
+    pub until: Option<i64>,
+    /// Keyset pagination: only events listed after this one (its time,
+    /// source and id), newest first. Not `OFFSET`: a page further back
+    /// costs no more than the first, and rows arriving meanwhile do not
+    /// shift it.
+    pub after: Option<(i64, &'a str, &'a str)>,
 }
 
 /// Recent events of one listing, newest first.
@@ -137,9 +147,12 @@ pub async fn events(
                  'status', 'processed', 'received_at', received_at, 'processed_at', processed_at)) AS json \
              FROM (SELECT * FROM processed_events p \
                    WHERE (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR type = ?2) \
+                     AND (?4 IS NULL OR event_id = ?4 OR source || ':' || event_id = ?4) \
+                     AND (?5 IS NULL OR processed_at >= ?5) AND (?6 IS NULL OR processed_at < ?6) \
+                     AND (?7 IS NULL OR (processed_at, source, event_id) < (?7, ?8, ?9)) \
                      AND NOT EXISTS (SELECT 1 FROM failed_events f WHERE f.source = p.source \
                        AND f.event_id = p.event_id AND f.dismissed_at IS NOT NULL) \
-                   ORDER BY processed_at DESC LIMIT ?3)"
+                   ORDER BY processed_at DESC, source DESC, event_id DESC LIMIT ?3)"
         }
         Listing::Failed => {
             "SELECT json_group_array(json_object('source', source, 'event_id', event_id, 'type', type, \
@@ -147,13 +160,26 @@ pub async fn events(
                  'last_error', last_error)) AS json \
              FROM (SELECT * FROM failed_events \
                    WHERE dismissed_at IS NULL AND (?1 IS NULL OR source = ?1) AND (?2 IS NULL OR type = ?2) \
-                   ORDER BY failed_at DESC LIMIT ?3)"
+                     AND (?4 IS NULL OR event_id = ?4 OR source || ':' || event_id = ?4) \
+                     AND (?5 IS NULL OR failed_at >= ?5) AND (?6 IS NULL OR failed_at < ?6) \
+                     AND (?7 IS NULL OR (failed_at, source, event_id) < (?7, ?8, ?9)) \
+                   ORDER BY failed_at DESC, source DESC, event_id DESC LIMIT ?3)"
         }
+    };
+    let (after_at, after_source, after_id) = match filter.after {
+        Some((at, source, id)) => (Some(at), Some(source), Some(id)),
+        None => (None, None, None),
     };
     let params = vec![
         filter.source.into(),
         filter.kind.into(),
         i64::from(limit).into(),
+        filter.id_or_key.into(),
+        filter.since.into(),
+        filter.until.into(),
+        after_at.into(),
+        after_source.into(),
+        after_id.into(),
     ];
     one(env, Statement::new(sql, params)).await
 }
