@@ -246,12 +246,15 @@ test("find events by id or key, status, type and day, 50 a page, older pages by 
   assert.deepEqual(await rowIds(), [attackedId]);
   assert.equal(await page.locator("button", { hasText: "Replay" }).count(), 1, "a failed event's actions");
 
-  const today = new Date().toISOString().slice(0, 10);
-  const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10);
-  await page.goto(`${origin}/admin/events?type=invoice.paid&from=${tomorrow}`);
-  assert.match(await page.locator("body").textContent(), /None\./);
+  const day = (offset) => new Date(Date.now() + offset * 86_400_000).toISOString().slice(0, 10);
+  await page.goto(`${origin}/admin/events?type=invoice.paid&from=${day(2)}`);
+  assert.match(await page.locator("body").textContent(), /None\./, "nothing from the day after tomorrow");
+  await page.goto(`${origin}/admin/events?type=invoice.paid&to=${day(-2)}`);
+  assert.match(await page.locator("body").textContent(), /None\./, "nothing up to the day before yesterday");
+  await page.goto(`${origin}/admin/events?type=invoice.paid&source=github`);
+  assert.match(await page.locator("body").textContent(), /None\./, "none from another source");
 
-  await page.goto(`${origin}/admin/events?type=invoice.paid&from=${today}&to=${today}`);
+  await page.goto(`${origin}/admin/events?type=invoice.paid&source=stripe&from=${day(-1)}&to=${day(1)}`);
   const first = await rowIds();
   assert.equal(first.length, 50);
   await page.screenshot({ path: "tests/artifacts/dashboard-find.png", fullPage: false });

@@ -102,17 +102,19 @@ button {{ font: inherit; padding: .4rem 1rem; margin-top: .5rem; }}
 /// Payloads longer than this are shown collapsed.
 const PAYLOAD_OPEN_MAX_BYTES: usize = 16 * 1024;
 
+/// Nesting deeper than this is shown as sent, not indented: indentation
+/// grows with depth on every line, and a small body nested thousands deep
+/// would make a page of gigabytes.
+const INDENT_MAX_DEPTH: usize = 32;
+
 /// A stored payload for reading: indented when it is JSON, escaped, and
 /// collapsed past 16 KiB. Re-indented character by character, not parsed
 /// and re-encoded, so every value (a 20-digit number, an escape) reads as
 /// it was sent.
 pub fn payload(body: &str) -> String {
     let is_json = serde_json::from_str::<serde::de::IgnoredAny>(body).is_ok();
-    let shown = if is_json {
-        indent_json(body)
-    } else {
-        body.to_string()
-    };
+    let indented = is_json.then(|| indent_json(body)).flatten();
+    let shown = indented.as_deref().unwrap_or(body);
     let open = if body.len() <= PAYLOAD_OPEN_MAX_BYTES {
         " open"
     } else {
@@ -122,12 +124,13 @@ pub fn payload(body: &str) -> String {
         r#"<details{open}><summary>{} bytes{}</summary><pre>{}</pre></details>"#,
         body.len(),
         if is_json { ", JSON" } else { "" },
-        escape(&shown)
+        escape(shown)
     )
 }
 
-/// Valid JSON, two spaces an indent, its tokens untouched.
-fn indent_json(json: &str) -> String {
+/// Valid JSON, two spaces an indent, its tokens untouched; `None` when it
+/// nests deeper than [`INDENT_MAX_DEPTH`].
+fn indent_json(json: &str) -> Option<String> {
     let mut out = String::with_capacity(json.len() * 2);
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     let mut chars = json.chars().peekable();
@@ -160,6 +163,9 @@ fn indent_json(json: &str) -> String {
                     out.extend(chars.next());
                 } else {
                     depth += 1;
+                    if depth > INDENT_MAX_DEPTH {
+                        return None;
+                    }
                     newline(&mut out, depth);
                 }
             }
@@ -177,7 +183,7 @@ fn indent_json(json: &str) -> String {
             c => out.push(c),
         }
     }
-    out
+    Some(out)
 }
 
 #[cfg(test)]
@@ -188,7 +194,7 @@ mod tests {
     fn json_is_indented_with_every_token_as_sent() {
         let sent = r#"{"id":"evt_1","n":12345678901234567890,"s":"a, \"b\": {c}","e":{},"l":[1, [ ] ,{"k":null}]}"#;
         assert_eq!(
-            indent_json(sent),
+            indent_json(sent).unwrap(),
             "{\n  \"id\": \"evt_1\",\n  \"n\": 12345678901234567890,\n  \"s\": \"a, \\\"b\\\": {c}\",\n  \"e\": {},\n  \"l\": [\n    1,\n    [],\n    {\n      \"k\": null\n    }\n  ]\n}"
         );
     }
@@ -202,6 +208,16 @@ mod tests {
         assert!(!text.contains("JSON") && text.contains("a=1&amp;b=&lt;2&gt;"));
         let large = payload(&format!(r#"{{"pad":"{}"}}"#, "x".repeat(20_000)));
         assert!(large.starts_with("<details><summary>"));
+    }
+
+    #[test]
+    fn deep_nesting_is_shown_as_sent_not_indented() {
+        let deep = format!("{}{}", "[".repeat(5_000), "]".repeat(5_000));
+        assert_eq!(indent_json(&deep), None);
+        let shown = payload(&deep);
+        assert!(shown.len() < 20_000 && shown.contains(&"[".repeat(5_000)));
+        let nested = format!("{}1{}", "[".repeat(32), "]".repeat(32));
+        assert!(indent_json(&nested).is_some(), "32 deep is indented");
     }
 
     #[test]

@@ -208,10 +208,16 @@ pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Re
 const PAGE: u32 = 50;
 
 /// A day (`YYYY-MM-DD`, as a date input sends it) as ms since the epoch
-/// at its start, UTC; `None` if it is not one.
+/// at its start, UTC; `None` if it is not one (any other form is ignored).
 fn day_ms(day: Option<&str>) -> Option<i64> {
-    let ms = js_sys::Date::parse(day?);
-    ms.is_finite().then_some(ms as i64)
+    let day = day?;
+    let shape = day.len() == 10
+        && day.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    let ms = js_sys::Date::parse(day);
+    (shape && ms.is_finite()).then_some(ms as i64)
 }
 
 /// The finder: events by id or key, source, type, status and days, newest
