@@ -56,11 +56,26 @@ function patch(proto, name, wrap) {
   proto[name] = wrap(original);
 }
 
+/** The prototype of `object` the first time it is seen, to patch; null after. */
+function unpatched(object) {
+  const proto = Object.getPrototypeOf(object);
+  if (patched.has(proto)) return null;
+  patched.add(proto);
+  return proto;
+}
+
+/** Counts each call of `proto[name]` in `meter[key]`. */
+function counted(proto, name, key) {
+  patch(proto, name, (original) => function (...args) {
+    meter[key]++;
+    return original.apply(this, args);
+  });
+}
+
 /** Wraps D1's statement and database classes the first time a DB is seen. */
 function meterD1(db) {
-  const dbProto = Object.getPrototypeOf(db);
-  if (patched.has(dbProto)) return;
-  patched.add(dbProto);
+  const dbProto = unpatched(db);
+  if (!dbProto) return;
   const statementProto = Object.getPrototypeOf(db.prepare("SELECT 1"));
   const all = statementProto.all;
   patch(statementProto, "all", () => async function () {
@@ -95,13 +110,9 @@ function meterD1(db) {
 }
 
 function meterQueue(queue) {
-  const proto = Object.getPrototypeOf(queue);
-  if (patched.has(proto)) return;
-  patched.add(proto);
-  patch(proto, "send", (send) => function (...args) {
-    meter.queueWrites++;
-    return send.apply(this, args);
-  });
+  const proto = unpatched(queue);
+  if (!proto) return;
+  counted(proto, "send", "queueWrites");
   patch(proto, "sendBatch", (sendBatch) => function (messages, ...rest) {
     meter.queueWrites += messages.length;
     return sendBatch.call(this, messages, ...rest);
@@ -112,9 +123,8 @@ function meterQueue(queue) {
 let exec;
 
 function meterSql(sql) {
-  const proto = Object.getPrototypeOf(sql);
-  if (patched.has(proto)) return;
-  patched.add(proto);
+  const proto = unpatched(sql);
+  if (!proto) return;
   exec = proto.exec;
   patch(proto, "exec", () => function (...args) {
     const cursor = exec.apply(this, args);
@@ -125,13 +135,9 @@ function meterSql(sql) {
 
 /** setAlarm() calls, and the rows deleteAll() removes (counted before it runs). */
 function meterStorage(storage) {
-  const proto = Object.getPrototypeOf(storage);
-  if (patched.has(proto)) return;
-  patched.add(proto);
-  patch(proto, "setAlarm", (setAlarm) => function (...args) {
-    meter.doSetAlarms++;
-    return setAlarm.apply(this, args);
-  });
+  const proto = unpatched(storage);
+  if (!proto) return;
+  counted(proto, "setAlarm", "doSetAlarms");
   patch(proto, "deleteAll", (deleteAll) => function (...args) {
     const tables = [...exec.call(this.sql, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '_cf_%' AND name NOT LIKE 'sqlite_%'")];
     for (const { name } of tables) meter.doDeletedRows += exec.call(this.sql, `SELECT count(*) AS n FROM "${name}"`).one().n;
@@ -160,18 +166,10 @@ function totals() {
 const worker = Worker.prototype;
 
 function meterMessages(messages) {
-  if (messages.length === 0) return;
-  const proto = Object.getPrototypeOf(messages[0]);
-  if (patched.has(proto)) return;
-  patched.add(proto);
-  patch(proto, "ack", (ack) => function (...args) {
-    meter.queueDeletes++;
-    return ack.apply(this, args);
-  });
-  patch(proto, "retry", (retry) => function (...args) {
-    meter.queueRetries++;
-    return retry.apply(this, args);
-  });
+  const proto = messages.length > 0 && unpatched(messages[0]);
+  if (!proto) return;
+  counted(proto, "ack", "queueDeletes");
+  counted(proto, "retry", "queueRetries");
 }
 
 export default {

@@ -53,14 +53,7 @@ for (let n = 0; n < 200; n++) {
 }
 for (let i = 0; i < statements.length; i += 500) await w.db.batch(statements.slice(i, i + 500));
 
-const login = await fetch(new URL("/admin/login", base), {
-  method: "POST",
-  body: `token=${TOKEN}`,
-  headers: { "content-type": "application/x-www-form-urlencoded" },
-  redirect: "manual",
-});
-const cookie = login.headers.get("set-cookie").split(";")[0];
-await login.arrayBuffer();
+const cookie = await w.signIn(TOKEN);
 
 const far = start + Math.floor(EVENTS / 10) * 60_000; // a page 90 % of the way back
 const pages = [

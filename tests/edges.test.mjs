@@ -734,14 +734,7 @@ describe("the dashboard resolves a failed event", () => {
       const id = JSON.parse(body).id;
       await sendStripe(s, body, { "x-test-fault": "effect-always-fails" });
       await eventually(async () => (await s.inboxState(`stripe:${id}`)).reported, 10_000, "the failure");
-      const login = await s.mf.dispatchFetch("http://localhost/admin/login", {
-        method: "POST",
-        body: `token=${TOKEN}`,
-        headers: { "content-type": "application/x-www-form-urlencoded" },
-        redirect: "manual",
-      });
-      const cookie = login.headers.get("set-cookie").split(";")[0];
-      await login.arrayBuffer();
+      const cookie = await s.signIn(TOKEN);
       const pageHtml = await (await s.mf.dispatchFetch(`http://localhost/admin/events/stripe/${id}`, { headers: { cookie } })).text();
       assert.match(pageHtml, /action="\/admin\/events\/stripe\/[^"]+\/dismiss"/);
       const formToken = /name="form_token" value="([0-9a-f]{64})"/.exec(pageHtml)[1];

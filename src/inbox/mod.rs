@@ -178,7 +178,8 @@ impl EventInbox {
         // once, for a new event only: a copy never parses the body for its
         // effect. One that cannot be planned would fail every retry: it is
         // refused before anything is stored, while the sender can see why.
-        let plan = if self.store.holds_event()? {
+        let held = self.store.holds_event()?;
+        let plan = if held {
             None
         } else {
             match effects::plan(&event, now_ms()) {
@@ -189,8 +190,10 @@ impl EventInbox {
         // If the claim fails, nothing was stored, and the worker may say so.
         let claim = if fault == Some(Fault::FailClaim) {
             Err("injected fault: claim".into())
+        } else if held {
+            self.store.log_copy(&event, now_ms()).map(Claim::Held)
         } else {
-            self.store.claim(&event, fault, now_ms())
+            self.store.claim_first(&event, fault).map(|()| Claim::First)
         };
         let claim = match claim {
             Ok(claim) => claim,

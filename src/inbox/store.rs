@@ -181,10 +181,9 @@ impl Store {
         }))
     }
 
-    /// Inserts the event row if this object holds none; otherwise counts and
-    /// logs this delivery, as arrived at `now`, and returns the held event's
-    /// state.
-    pub fn claim(&self, event: &VerifiedEvent, fault: Option<Fault>, now: i64) -> Result<Claim> {
+    /// Inserts the event row: the first delivery. Called only when
+    /// [`Store::holds_event`], asked in the same synchronous step, said no.
+    pub fn claim_first(&self, event: &VerifiedEvent, fault: Option<Fault>) -> Result<()> {
         self.tables.ensure_event_table()?;
         let inserted = self.tables.first(
             "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault, fence)
@@ -203,9 +202,15 @@ impl Store {
                 event.fence.as_deref().map_or(SqlStorageValue::Null, Into::into),
             ],
         )?;
-        if inserted.is_some() {
-            return Ok(Claim::First);
-        }
+        inserted
+            .map(drop)
+            .ok_or_else(|| "inbox row: already held".into())
+    }
+
+    /// Counts and logs a later delivery, as arrived at `now`, and returns the
+    /// held event's state. Called only when [`Store::holds_event`] said yes:
+    /// the copy's body is hashed for the log, never written.
+    pub fn log_copy(&self, event: &VerifiedEvent, now: i64) -> Result<EventState> {
         let state = self.state()?.ok_or("inbox row: unreadable state")?;
         self.tables.ensure_deliveries_table()?;
         let logged = self.tables.first(
@@ -224,7 +229,7 @@ impl Store {
                 )?;
             }
         }
-        Ok(Claim::Held(state))
+        Ok(state)
     }
 
     /// Moves the event from `from` to `to`; a no-op in any other state.

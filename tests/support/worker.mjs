@@ -132,6 +132,18 @@ export async function startWorker(vars = {}, options = {}) {
     post(path, body, headers = {}) {
       return mf.dispatchFetch(`http://localhost${path}`, { method: "POST", body, headers });
     },
+    /** Signs in to the dashboard with `token`; the session cookie, `name=value`. */
+    async signIn(token) {
+      const login = await mf.dispatchFetch("http://localhost/admin/login", {
+        method: "POST",
+        body: `token=${encodeURIComponent(token)}`,
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+        redirect: "manual",
+      });
+      await login.arrayBuffer();
+      if (login.status !== 303) throw new Error(`sign-in answered ${login.status}`);
+      return login.headers.get("set-cookie").split(";")[0];
+    },
     /** One value from D1. */
     async scalar(sql, ...params) {
       const row = await db.prepare(sql).bind(...params).first();
