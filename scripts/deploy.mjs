@@ -9,7 +9,8 @@
 // 3. The D1 migrations, remotely (only those not applied yet).
 // 4. The secrets the worker knows of that the deployed worker lacks: each
 //    source's secret, ADMIN_TOKEN (a generated one offered) and, on the first
-//    deploy, the side effects' EMAIL_API_KEY and NOTIFY_URL (optional).
+//    deploy, the side effects' EMAIL_API_KEY and NOTIFY_URL, and the
+//    operators' ALERT_URL (optional).
 //    Asked for at the terminal (not echoed), or taken from the environment
 //    (CI); uploaded in one `wrangler secret bulk` from stdin — no secret
 //    touches the disk or a command line — before the deploy, so that a
@@ -164,6 +165,7 @@ wanted.set("ADMIN_TOKEN", { why: "the admin API and dashboard token", generate: 
 if (firstDeploy) {
   wanted.set("EMAIL_API_KEY", { why: "the email API key for receipts (optional)", optional: true });
   wanted.set("NOTIFY_URL", { why: "the chat incoming-webhook URL (optional)", optional: true });
+  wanted.set("ALERT_URL", { why: "the operators' alerts incoming-webhook URL (optional; unset, alerts are logged)", optional: true });
 }
 const toUpload = {};
 for (const [name, secret] of wanted) {

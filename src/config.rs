@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use worker::Env;
 
-use crate::log::Level;
+use crate::log::{self, Level, Line};
 use crate::signature::Secrets;
 
 /// The Durable Object namespace of the event inboxes.
@@ -93,6 +93,50 @@ impl InboxSettings {
             doubling(self.retry_base_ms, failures, 60 * 60 * 1000),
             random_unit(),
         )
+    }
+}
+
+/// When operators are alerted (see `outbox::notify_operator`).
+pub struct AlertSettings {
+    /// At most one alert of each kind per source in each interval of this
+    /// length (`ALERT_INTERVAL`, a duration, default 15m).
+    pub interval_ms: i64,
+    /// Refusals for one source in one minute that make an alert
+    /// (`ALERT_REFUSALS_PER_MINUTE`, default 60).
+    pub refusals_per_minute: i64,
+}
+
+impl AlertSettings {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let interval_ms = match text(env, "ALERT_INTERVAL") {
+            None => 15 * 60 * 1000,
+            Some(value) => duration_ms(&value).filter(|ms| *ms > 0).ok_or_else(|| {
+                ConfigError("ALERT_INTERVAL must be a duration like 15m, 1h or 90s".into())
+            })?,
+        };
+        let refusals_per_minute = number(env, "ALERT_REFUSALS_PER_MINUTE", 60)?;
+        if refusals_per_minute < 1 {
+            return Err(ConfigError(
+                "ALERT_REFUSALS_PER_MINUTE must be 1 or more".into(),
+            ));
+        }
+        Ok(AlertSettings {
+            interval_ms,
+            refusals_per_minute,
+        })
+    }
+
+    /// The settings where an alert is due: a misconfiguration (which the
+    /// receiver refuses deliveries over, naming the variable) is logged
+    /// here and the defaults are used, so that the alert still goes out.
+    pub fn for_alert(env: &Env) -> Self {
+        AlertSettings::from_env(env).unwrap_or_else(|e| {
+            log::error(&Line::new("alert_misconfigured").error(e));
+            AlertSettings {
+                interval_ms: 15 * 60 * 1000,
+                refusals_per_minute: 60,
+            }
+        })
     }
 }
 

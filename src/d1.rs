@@ -106,6 +106,20 @@ impl Db {
         self.0.batch(prepared).await.map(drop)
     }
 
+    /// Runs the statements as one transaction, as [`Db::batch`], and
+    /// returns how many rows each changed.
+    pub async fn batch_changes(&self, statements: &[Statement]) -> Result<Vec<usize>> {
+        let prepared = statements
+            .iter()
+            .map(|s| self.prepare(s))
+            .collect::<Result<Vec<_>>>()?;
+        let mut changes = Vec::with_capacity(statements.len());
+        for result in self.0.batch(prepared).await? {
+            changes.push(result.meta()?.and_then(|meta| meta.changes).unwrap_or(0));
+        }
+        Ok(changes)
+    }
+
     /// Runs one statement and returns how many rows it changed: how a
     /// conditional write learns whether its condition held.
     pub async fn run(&self, statement: &Statement) -> Result<usize> {

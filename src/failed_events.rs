@@ -10,9 +10,11 @@
 use worker::{Env, Result};
 
 use crate::clock::now_ms;
+use crate::config::AlertSettings;
 use crate::d1::{Db, Statement};
 use crate::effects::{self, Applied};
 use crate::event::VerifiedEvent;
+use crate::outbox::{self, notify_operator::Alert};
 
 /// What [`record`] did.
 pub enum Recorded {
@@ -25,9 +27,27 @@ pub enum Recorded {
 
 /// Lists the event as failed (again: a new failure clears a dismissal),
 /// unless the ledger already holds it — so a report that arrives late
-/// cannot list an event that was applied or dismissed meanwhile.
+/// cannot list an event that was applied or dismissed meanwhile. A newly
+/// listed event is counted in the trend and alerted, in the same
+/// transaction.
 pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Recorded> {
-    let statement = Statement::new(
+    let now = now_ms();
+    // First, while the list does not show it yet: one more failure in the
+    // dashboard's trend (a report retried after a lost answer counts once).
+    let trend = Statement::new(
+        "INSERT INTO delivery_trend (minute, source, outcome, value) \
+         SELECT ?3, ?1, 'failed', 1 WHERE NOT EXISTS \
+           (SELECT 1 FROM processed_events WHERE source = ?1 AND event_id = ?2) \
+         AND NOT EXISTS (SELECT 1 FROM failed_events WHERE source = ?1 AND event_id = ?2 \
+           AND dismissed_at IS NULL) \
+         ON CONFLICT (minute, source, outcome) DO UPDATE SET value = value + 1",
+        vec![
+            event.source.as_str().into(),
+            event.id.as_str().into(),
+            now.div_euclid(60_000).into(),
+        ],
+    );
+    let list = Statement::new(
         "INSERT OR REPLACE INTO failed_events \
          (source, event_id, type, received_at, failed_at, last_error) \
          SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE NOT EXISTS \
@@ -37,11 +57,25 @@ pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Rec
             event.id.as_str().into(),
             event.kind.as_str().into(),
             event.received_at.into(),
-            now_ms().into(),
+            now.into(),
             error.into(),
         ],
     );
-    Ok(if Db::from_env(env)?.run(&statement).await? > 0 {
+    // And, on the same condition, the operators' alert (one per bucket).
+    let alert = Alert::EventFailed {
+        source: &event.source,
+        event_id: &event.id,
+        kind: &event.kind,
+        error,
+    };
+    let (alert, alert_key) = alert.row(&AlertSettings::for_alert(env), now);
+    let changes = Db::from_env(env)?
+        .batch_changes(&[trend, alert, list])
+        .await?;
+    if changes.get(1).is_some_and(|n| *n > 0) {
+        outbox::enqueue_now(env, alert_key).await;
+    }
+    Ok(if changes.get(2).is_some_and(|n| *n > 0) {
         Recorded::Listed
     } else {
         Recorded::AlreadyHandled

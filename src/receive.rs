@@ -13,13 +13,14 @@ use serde::Serialize;
 use worker::{Context, Env, Headers, Request, Response, Result};
 
 use crate::clock::now_ms;
-use crate::config::{self, ConfigError, Limits};
+use crate::config::{self, AlertSettings, ConfigError, Limits};
 use crate::event::{self, VerifiedEvent};
 use crate::fault::Fault;
 use crate::http::{self, BodyError};
 use crate::inbox::client::{self, Answer, DeliveryError};
 use crate::inbox::state::Outcome;
 use crate::providers::{self, Identity, RawRequest, Rejection, VerifyContext};
+use crate::stats::Series;
 use crate::{log, sources, stats};
 
 /// Why a delivery was not taken. Nothing was recorded in any of these cases
@@ -234,9 +235,13 @@ fn count(env: &Env, ctx: &Context, source: &str, outcome: &str, refusal: Option<
         Some(refusal) => stats::count(source, &format!("rejected:{}", refusal.reason())),
         None => stats::count(source, outcome),
     }
+    let now = now_ms();
+    if let Some(series) = Series::of_delivery(outcome, refusal.is_some()) {
+        stats::count_trend(now, source, series);
+    }
     let interval = config::stats_flush_ms(env);
-    if let Some(counts) = stats::take_due(now_ms() as u64, interval) {
-        ctx.wait_until(stats::flush(env.clone(), counts));
+    if let Some(counts) = stats::take_due(now as u64, interval) {
+        ctx.wait_until(stats::flush(env.clone(), counts, now));
     }
 }
 
@@ -263,6 +268,9 @@ async fn receive(
     };
     let provider = providers::build(&config)?;
     let limits = Limits::from_env(env)?;
+    // Read where an alert is due; checked here so that a bad value is a
+    // refusal naming it, not an alert quietly sent on the defaults.
+    AlertSettings::from_env(env)?;
     let secret_var = config.secret_var(source);
     let secrets = config::secrets(env, &secret_var)?;
     for secret in secrets.iter() {

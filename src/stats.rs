@@ -12,18 +12,95 @@
 //! memory until the next request after the interval. What must be exact —
 //! processed events, failures, side effects — the admin API counts from the
 //! ledger, `failed_events` and `outbox` instead.
+//!
+//! Beside the totals, the trend: deliveries per source, minute and
+//! [`Series`] (`delivery_trend`), for the dashboard's charts of the last
+//! hour and day. Flushed the same way; rows older than [`TREND_KEPT_MINUTES`]
+//! are deleted as new ones are added, so the table stays bounded.
 
 use std::cell::RefCell;
 
 use worker::Env;
 
+use crate::config::AlertSettings;
 use crate::d1::{Db, Statement};
 use crate::log::{self, Line};
+use crate::outbox::{self, notify_operator::Alert};
+
+/// What the trend splits deliveries by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Series {
+    Processed,
+    Duplicate,
+    /// Recorded, its effect to be retried by the inbox.
+    Accepted,
+    /// Refused for any reason: a bad signature, a stale timestamp, a
+    /// malformed body, an unknown source, a misconfiguration.
+    Refused,
+    /// An event that gave up: counted when it is listed (`failed_events`),
+    /// whether on a delivery's attempt or on the inbox's alarm, not as a
+    /// delivery's outcome, so that it is counted once.
+    Failed,
+}
+
+impl Series {
+    /// Bottom to top in a chart's bars: refusals on top, where a spike shows.
+    pub const ALL: [Series; 5] = [
+        Series::Processed,
+        Series::Duplicate,
+        Series::Accepted,
+        Series::Failed,
+        Series::Refused,
+    ];
+
+    /// The stored name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Series::Processed => "processed",
+            Series::Duplicate => "duplicate",
+            Series::Accepted => "accepted",
+            Series::Refused => "refused",
+            Series::Failed => "failed",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Series> {
+        Series::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// The series a delivery counts in, by its outcome; `None` for a
+    /// handshake (not an event) and for `failed` (see [`Series::Failed`]).
+    pub fn of_delivery(outcome: &str, refused: bool) -> Option<Series> {
+        if refused {
+            return Some(Series::Refused);
+        }
+        Series::parse(outcome).filter(|s| !matches!(s, Series::Refused | Series::Failed))
+    }
+}
+
+/// How long trend rows are kept: a day of hourly bars, the oldest hour
+/// whole, with margin.
+pub const TREND_KEPT_MINUTES: i64 = 25 * 60;
+
+/// Counts not yet in D1.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// `(source, counter, n)`: added to the all-time totals.
+    pub totals: Vec<(String, String, u64)>,
+    /// `(minute since the epoch, source, series, n)`: added to the trend.
+    pub trend: Vec<(i64, String, Series, u64)>,
+}
+
+impl Counts {
+    fn is_empty(&self) -> bool {
+        self.totals.is_empty() && self.trend.is_empty()
+    }
+}
 
 /// Counts not yet in D1, and when they were last flushed (ms).
 #[derive(Default)]
 struct Pending {
-    counts: Vec<(String, String, u64)>,
+    counts: Counts,
     last_flush: u64,
 }
 
@@ -34,7 +111,7 @@ thread_local! {
 /// Adds one to `source`'s `counter`.
 pub fn count(source: &str, counter: &str) {
     PENDING.with(|pending| {
-        let counts = &mut pending.borrow_mut().counts;
+        let counts = &mut pending.borrow_mut().counts.totals;
         match counts
             .iter_mut()
             .find(|(s, c, _)| s == source && c == counter)
@@ -45,8 +122,23 @@ pub fn count(source: &str, counter: &str) {
     });
 }
 
+/// Adds one delivery to `source`'s `series` in the minute of `now_ms`.
+pub fn count_trend(now_ms: i64, source: &str, series: Series) {
+    let minute = now_ms.div_euclid(60_000);
+    PENDING.with(|pending| {
+        let trend = &mut pending.borrow_mut().counts.trend;
+        match trend
+            .iter_mut()
+            .find(|(m, s, t, _)| *m == minute && s == source && *t == series)
+        {
+            Some((_, _, _, n)) => *n += 1,
+            None => trend.push((minute, source.to_string(), series, 1)),
+        }
+    });
+}
+
 /// The counts to flush, when `interval_ms` has passed since the last flush.
-pub fn take_due(now: u64, interval_ms: u64) -> Option<Vec<(String, String, u64)>> {
+pub fn take_due(now: u64, interval_ms: u64) -> Option<Counts> {
     PENDING.with(|pending| {
         let mut pending = pending.borrow_mut();
         if pending.counts.is_empty() || now.saturating_sub(pending.last_flush) < interval_ms {
@@ -57,34 +149,78 @@ pub fn take_due(now: u64, interval_ms: u64) -> Option<Vec<(String, String, u64)>
     })
 }
 
-/// Adds the counts to D1 in one batch. On failure they are logged and
-/// dropped: telemetry is not worth a retry loop.
-pub async fn flush(env: Env, counts: Vec<(String, String, u64)>) {
-    let statements: Vec<Statement> = counts
-        .iter()
-        .map(|(source, counter, n)| {
-            Statement::new(
-                "INSERT INTO source_counters (source, counter, value) VALUES (?1, ?2, ?3) \
+/// The statements adding `counts` to D1, and pruning the trend's old rows
+/// (`now_ms` says which are old).
+fn statements(counts: &Counts, now_ms: i64) -> Vec<Statement> {
+    let totals = counts.totals.iter().map(|(source, counter, n)| {
+        Statement::new(
+            "INSERT INTO source_counters (source, counter, value) VALUES (?1, ?2, ?3) \
                  ON CONFLICT (source, counter) DO UPDATE SET value = value + excluded.value",
-                vec![
-                    source.as_str().into(),
-                    counter.as_str().into(),
-                    (*n as i64).into(),
-                ],
-            )
-        })
-        .collect();
+            vec![
+                source.as_str().into(),
+                counter.as_str().into(),
+                (*n as i64).into(),
+            ],
+        )
+    });
+    let trend = counts.trend.iter().map(|(minute, source, series, n)| {
+        Statement::new(
+            "INSERT INTO delivery_trend (minute, source, outcome, value) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (minute, source, outcome) DO UPDATE SET value = value + excluded.value",
+            vec![
+                (*minute).into(),
+                source.as_str().into(),
+                series.name().into(),
+                (*n as i64).into(),
+            ],
+        )
+    });
+    let prune = (!counts.trend.is_empty()).then(|| {
+        let oldest_kept = now_ms.div_euclid(60_000) - TREND_KEPT_MINUTES;
+        Statement::new(
+            "DELETE FROM delivery_trend WHERE minute < ?1",
+            vec![oldest_kept.into()],
+        )
+    });
+    totals.chain(trend).chain(prune).collect()
+}
+
+/// Adds the counts to D1 in one batch, then alerts the operators of each
+/// source whose refusals in a minute reached `ALERT_REFUSALS_PER_MINUTE`
+/// (counted across isolates: the check reads the sum in D1). On failure
+/// they are logged and dropped: telemetry is not worth a retry loop.
+pub async fn flush(env: Env, counts: Counts, now_ms: i64) {
     let result = match Db::from_env(&env) {
-        Ok(db) => db.batch(&statements).await,
+        Ok(db) => match db.batch(&statements(&counts, now_ms)).await {
+            Ok(()) => alert_refusals(&env, &db, &counts, now_ms).await,
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     if let Err(e) = result {
-        log::error(
-            &Line::new("stats_flush_failed")
-                .counts(counts.len())
-                .error(e),
-        );
+        let n = counts.totals.len() + counts.trend.len();
+        log::error(&Line::new("stats_flush_failed").counts(n).error(e));
     }
+}
+
+/// One conditional statement per source and minute with refusals in
+/// `counts`: its alert's row is written once the minute's sum reaches the
+/// threshold, once per alert bucket, and then sent.
+async fn alert_refusals(env: &Env, db: &Db, counts: &Counts, now_ms: i64) -> worker::Result<()> {
+    let refused = counts.trend.iter().filter(|t| t.2 == Series::Refused);
+    let mut settings = None;
+    for (minute, source, _, _) in refused {
+        let settings = settings.get_or_insert_with(|| AlertSettings::for_alert(env));
+        let alert = Alert::Refusals {
+            source,
+            minute: *minute,
+        };
+        let (statement, _) = alert.row(settings, now_ms);
+        for key in db.texts(&statement).await? {
+            outbox::enqueue_now(env, key).await;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -98,9 +234,9 @@ mod tests {
         count("github", "rejected:bad_signature");
         assert_eq!(take_due(5, 10), None, "not due yet");
         let mut counts = take_due(10, 10).unwrap();
-        counts.sort();
+        counts.totals.sort();
         assert_eq!(
-            counts,
+            counts.totals,
             vec![
                 ("github".into(), "rejected:bad_signature".into(), 1),
                 ("stripe".into(), "received".into(), 2),
@@ -110,8 +246,59 @@ mod tests {
         count("stripe", "duplicate");
         assert_eq!(take_due(15, 10), None, "5 ms after the last flush");
         assert_eq!(
-            take_due(20, 10).unwrap(),
+            take_due(20, 10).unwrap().totals,
             vec![("stripe".into(), "duplicate".into(), 1)]
         );
+    }
+
+    #[test]
+    fn the_trend_counts_per_minute_and_prunes_a_day_back() {
+        let at = 1_700_000_000_000; // 2023-11-14T22:13:20Z: 20 s into a minute
+        count_trend(at, "stripe", Series::Refused);
+        count_trend(at + 39_999, "stripe", Series::Refused);
+        count_trend(at + 40_000, "stripe", Series::Refused);
+        count_trend(at, "stripe", Series::Processed);
+        let counts = take_due(u64::MAX, 0).unwrap();
+        let minute = at / 60_000;
+        assert_eq!(
+            counts.trend,
+            vec![
+                (minute, "stripe".into(), Series::Refused, 2),
+                (minute + 1, "stripe".into(), Series::Refused, 1),
+                (minute, "stripe".into(), Series::Processed, 1),
+            ]
+        );
+        let statements = statements(&counts, at);
+        assert_eq!(statements.len(), 4, "three trend rows and the prune");
+        let prune = statements.last().unwrap();
+        assert!(prune.sql.starts_with("DELETE FROM delivery_trend"));
+        assert_eq!(prune.params, vec![(minute - 25 * 60).into()]);
+    }
+
+    #[test]
+    fn deliveries_fall_into_series_by_outcome() {
+        assert_eq!(
+            Series::of_delivery("processed", false),
+            Some(Series::Processed)
+        );
+        assert_eq!(
+            Series::of_delivery("duplicate", false),
+            Some(Series::Duplicate)
+        );
+        assert_eq!(
+            Series::of_delivery("accepted", false),
+            Some(Series::Accepted)
+        );
+        assert_eq!(
+            Series::of_delivery("failed", false),
+            None,
+            "counted when listed"
+        );
+        assert_eq!(Series::of_delivery("rejected", true), Some(Series::Refused));
+        assert_eq!(Series::of_delivery("handshake", false), None);
+        assert_eq!(Series::of_delivery("refused", false), None);
+        for series in Series::ALL {
+            assert_eq!(Series::parse(series.name()), Some(series));
+        }
     }
 }

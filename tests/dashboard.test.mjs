@@ -1,5 +1,6 @@
 // The dashboard as a person sees it, in headless Chromium (Debian's, driven
-// by playwright-core): sign in, read the counters and the events, open one;
+// by playwright-core): sign in, read the counters, the trend, the events and
+// the alerts, open one;
 // Replay, Dismiss and Requeue, and a cross-site or tokenless post refused.
 // Saves tests/artifacts/dashboard.png, dashboard-event.png,
 // dashboard-failed-event.png, dashboard-requeued.png and dashboard-find.png
@@ -53,6 +54,18 @@ before(async () => {
     20_000,
     "a dead side effect and a failed event",
   );
+  // A day of another source's traffic for the trend's screenshot, with a
+  // burst of refusals 12 minutes ago (a rotated secret not yet deployed).
+  const now = Math.floor(Date.now() / 60_000);
+  const history = [];
+  for (let m = now - 24 * 60 + 1; m <= now; m++) {
+    const wave = 6 + Math.round(4 * Math.sin(m / 90));
+    history.push([m, "processed", wave], [m, "duplicate", m % 3]);
+    if (m >= now - 14 && m <= now - 10) history.push([m, "refused", 18 + (m % 4)]);
+    if (m % 97 === 0) history.push([m, "accepted", 1]);
+  }
+  const insert = w.db.prepare("INSERT INTO delivery_trend (minute, source, outcome, value) VALUES (?, 'github', ?, ?)");
+  await w.db.batch(history.filter(([, , n]) => n > 0).map((row) => insert.bind(...row)));
   // CHROMIUM: another Chromium-based browser (CI's preinstalled Chrome).
   const executablePath =
     process.env.CHROMIUM || execFileSync("sh", ["-c", "command -v chromium"], { encoding: "utf8" }).trim();
@@ -86,6 +99,29 @@ test("sign in, read the counters and events, open an event", async () => {
   // source, received, processed, duplicates, rejected, ledger, failed, sent, dead
   assert.deepEqual(cells.slice(0, 5), ["stripe", "7", "1", "2", "1"]);
   assert.deepEqual(cells.slice(5), ["1", "3", "0", "1"]);
+
+  // The trend: the same deliveries, per minute and per hour, by outcome;
+  // the three events that gave up counted once each, when listed.
+  const trendRow = page.locator("table").nth(1).locator("tr", { hasText: "stripe" });
+  const charts = trendRow.locator("svg.trend");
+  assert.equal(await charts.count(), 2, "last hour and last day");
+  for (const chart of [charts.nth(0), charts.nth(1)]) {
+    const sums = {};
+    for (const rect of await chart.locator("rect[data-series]").all()) {
+      const series = await rect.getAttribute("data-series");
+      sums[series] = (sums[series] ?? 0) + Number(await rect.getAttribute("data-n"));
+    }
+    assert.deepEqual(sums, { processed: 1, duplicate: 2, failed: 3, refused: 1 });
+  }
+  assert.equal((await trendRow.locator("td").last().textContent()).trim(), "1", "refused in the last hour");
+
+  // The alerts: one for the three events that gave up (not three), one for
+  // the dead receipt; logged only, as ALERT_URL is unset.
+  const alerts = await page.locator("table").last().locator("tbody tr").allTextContents();
+  assert.equal(alerts.length, 2, alerts.join("\n"));
+  assert.match(alerts[0], /stripe: side effect send_receipt of event evt_\w+ is dead after 1 attempt: target answered 503/);
+  assert.match(alerts[1], /stripe: event evt_\w+ \(checkout\.session\.completed\) gave up: injected fault: before effect/);
+  assert.ok(alerts.every((a) => a.endsWith("logged")));
 
   const text = await page.locator("body").textContent();
   assert.match(text, new RegExp(processedId));

@@ -5,7 +5,8 @@
 //!
 //! - [`queries`]: what both read from D1 and the inboxes, as typed rows;
 //! - [`pages`]: the dashboard's overview and event pages;
-//! - [`html`]: the page shell, tables and escaping.
+//! - [`html`]: the page shell, tables and escaping;
+//! - [`trend`]: the overview's charts of deliveries over time.
 //!
 //! To add an endpoint: a query in `queries.rs` if it reads something new,
 //! and an arm in `api::handle` (or `dashboard::handle`).
@@ -19,6 +20,8 @@ pub mod html;
 #[cfg(feature = "dashboard")]
 pub mod pages;
 pub mod queries;
+#[cfg(feature = "dashboard")]
+pub mod trend;
 
 use worker::{js_sys, Env, Request, Response, Result};
 

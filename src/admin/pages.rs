@@ -6,7 +6,9 @@ use worker::{js_sys, Env, Response, Result};
 
 use super::html::{self, bad, code, escape, num, page, table, td, time};
 use super::queries::{self, EventFilter, Listing};
+use super::trend;
 use super::{encode, Query};
+use crate::clock::now_ms;
 use crate::d1;
 use crate::inbox::state::EventState;
 use crate::outbox::OutboxStatus;
@@ -98,6 +100,12 @@ pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Re
     let dead = queries::outbox_rows(env, OutboxStatus::Dead, 25)
         .await?
         .decode()?;
+    let alerts = queries::alerts(env, 10).await?.decode()?;
+    let now_minute = now_ms().div_euclid(60_000);
+    let trends = trend::build(
+        &queries::trend(env, now_minute).await?.decode()?,
+        now_minute,
+    );
 
     // One row per source that appears anywhere.
     let mut sources: Vec<&str> = (stats.counters.iter().map(|c| c.source.as_str()))
@@ -167,13 +175,30 @@ pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Re
             ]
         })
         .collect();
+    let alert_rows: Vec<Vec<String>> = alerts
+        .iter()
+        .map(|a| {
+            let status = match (a.status, a.note.as_deref()) {
+                (OutboxStatus::Sent, Some(_)) => "logged".to_string(),
+                (status, _) => d1::stored_name(&status),
+            };
+            vec![
+                td(time(Some(a.created_at))),
+                code(&a.source),
+                td(escape(a.text.as_deref().unwrap_or_default())),
+                td(escape(&status)),
+            ]
+        })
+        .collect();
     let notice = notice_html(notice);
     let body = format!(
         r#"{LOGOUT}{notice}<p class="muted">Counters: deliveries counted by the worker, flushed every few seconds. Events, failures and side effects: counted in D1.</p>
 <h2>Sources</h2>{}
+<h2>Trend</h2>{}
 <h2>Recent events</h2><p><a href="/admin/events">Find events: by id, source, type, status and day →</a></p>{}
 <h2>Failed events</h2>{}
-<h2>Dead side effects</h2>{}"#,
+<h2>Dead side effects</h2>{}
+<h2>Alerts</h2><p class="muted">Sent to <code>ALERT_URL</code> (logged only while it is unset): one per kind and source in each <code>ALERT_INTERVAL</code>.</p>{}"#,
         table(
             &[
                 "source",
@@ -188,6 +213,7 @@ pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Re
             ],
             &counters
         ),
+        trend::section(&trends, now_minute),
         table(
             &["processed at", "source", "event", "type", "status"],
             &recent
@@ -200,6 +226,7 @@ pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Re
             &["updated", "event", "action", "attempts", "last error", ""],
             &dead_rows
         ),
+        table(&["raised", "source", "alert", "status"], &alert_rows),
     );
     page(200, "Webhooks", &body)
 }

@@ -225,7 +225,31 @@ pub async fn outbox_rows(
     one(env, statement).await
 }
 
-/// Per-source counters and exact counts.
+/// An alert to the operators, as its outbox row holds it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AlertRow {
+    pub source: String,
+    pub text: Option<String>,
+    pub status: OutboxStatus,
+    pub note: Option<String>,
+    pub created_at: i64,
+}
+
+/// The latest alerts, newest first.
+pub async fn alerts(env: &Env, limit: u32) -> Result<Json<Vec<AlertRow>>> {
+    let statement = Statement::new(
+        "SELECT json_group_array(json_object('source', source, \
+             'text', json_extract(payload, '$.text'), 'status', status, 'note', note, \
+             'created_at', created_at)) AS json \
+         FROM (SELECT * FROM outbox WHERE action = 'notify_operator' \
+               ORDER BY created_at DESC LIMIT ?1)",
+        vec![i64::from(limit).into()],
+    );
+    one(env, statement).await
+}
+
+/// Per-source counters and exact counts (side effects without the
+/// operators' alerts, which [`alerts`] lists).
 pub async fn stats(env: &Env) -> Result<Json<Stats>> {
     let statement = Statement::new(
         "SELECT json_object(\
@@ -240,8 +264,37 @@ pub async fn stats(env: &Env) -> Result<Json<Stats>> {
                  GROUP BY source)), \
              'outbox', (SELECT json_group_array(json_object('source', source, 'status', status, \
                  'rows', n)) FROM (SELECT source, status, count(*) AS n FROM outbox \
-                 GROUP BY source, status))) AS json",
+                 WHERE action != 'notify_operator' GROUP BY source, status))) AS json",
         Vec::new(),
+    );
+    one(env, statement).await
+}
+
+/// The trend's rows as `(minute or hour since the epoch, source, series,
+/// count)`: per minute over the last hour, per hour over the last day
+/// (summed by SQLite), both up to `now_minute`.
+#[derive(Debug, Default, Deserialize)]
+pub struct TrendRows {
+    pub minutes: Vec<(i64, String, String, i64)>,
+    pub hours: Vec<(i64, String, String, i64)>,
+}
+
+pub async fn trend(env: &Env, now_minute: i64) -> Result<Json<TrendRows>> {
+    let first_minute = now_minute - 59;
+    let first_hour_minute = (now_minute.div_euclid(60) - 23) * 60;
+    let statement = Statement::new(
+        "SELECT json_object(\
+             'minutes', (SELECT json_group_array(json_array(minute, source, outcome, value)) \
+                 FROM delivery_trend WHERE minute BETWEEN ?1 AND ?3), \
+             'hours', (SELECT json_group_array(json_array(hour, source, outcome, n)) \
+                 FROM (SELECT minute / 60 AS hour, source, outcome, sum(value) AS n \
+                 FROM delivery_trend WHERE minute BETWEEN ?2 AND ?3 \
+                 GROUP BY hour, source, outcome))) AS json",
+        vec![
+            first_minute.into(),
+            first_hour_minute.into(),
+            now_minute.into(),
+        ],
     );
     one(env, statement).await
 }

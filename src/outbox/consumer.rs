@@ -7,9 +7,10 @@ use serde::Deserialize;
 use worker::wasm_bindgen::JsValue;
 use worker::{Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage};
 
-use super::{Action, Call, Job, OutboxStatus, Performed};
+use super::notify_operator::Alert;
+use super::{enqueue_now, Action, Call, Job, OutboxStatus, Performed};
 use crate::clock::now_ms;
-use crate::config::{self, OutboxSettings, OUTBOX_DLQ_BINDING};
+use crate::config::{self, AlertSettings, OutboxSettings, OUTBOX_DLQ_BINDING};
 use crate::d1::{self, Db, Statement, Value};
 use crate::fault::Fault;
 use crate::log::{self, Line};
@@ -136,11 +137,29 @@ async fn handle(
             Ok(Next::Ack)
         }
         Err(error) if claim.attempts >= settings.max_attempts => {
-            if claim.mark_dead(rows, &error).await? {
+            // The operators are alerted in the same transaction; an alert's
+            // own death is only logged (no alert about an alert).
+            let alert = (claim.action != Action::NotifyOperator.name()).then(|| {
+                let alert = Alert::SideEffectDead {
+                    source: &claim.source,
+                    event_id: &claim.event_id,
+                    action: &claim.action,
+                    key,
+                    attempts: claim.attempts,
+                    error: &error,
+                };
+                alert.row(&AlertSettings::for_alert(env), now_ms())
+            });
+            let (alert, alert_key) = alert.unzip();
+            let (dead, alerted) = claim.mark_dead(rows, &error, alert).await?;
+            if dead {
                 log::error(&line("outbox_dead").detail(&error));
                 env.queue(OUTBOX_DLQ_BINDING)?
                     .send_raw(Job::message(key, None)?)
                     .await?;
+            }
+            if let (true, Some(alert_key)) = (alerted, alert_key) {
+                enqueue_now(env, alert_key).await;
             }
             Ok(Next::Ack)
         }
@@ -169,6 +188,8 @@ struct Rows(Db);
 #[derive(Deserialize)]
 struct Claimed {
     key: String,
+    source: String,
+    event_id: String,
     action: String,
     payload: String,
     attempts: i64,
@@ -212,7 +233,8 @@ impl Rows {
                  WHERE idempotency_key = ?1 \
                    AND ((status = 'pending' AND next_attempt_at <= ?2) \
                         OR (status = 'sending' AND lease_until < ?2)) \
-                 RETURNING json_object('key', idempotency_key, 'action', action, \
+                 RETURNING json_object('key', idempotency_key, 'source', source, \
+                     'event_id', event_id, 'action', action, \
                      'payload', payload, 'attempts', attempts, 'lease_until', lease_until) AS json",
                 vec![key.into(), now.into(), lease_ms.into()],
             ))
@@ -233,37 +255,43 @@ impl Rows {
 
 impl Claimed {
     async fn mark_sent(&self, rows: &Rows, note: Option<String>) -> worker::Result<bool> {
-        self.complete(
-            rows,
-            complete!("status = 'sent', note = ?5"),
-            vec![note.into()],
-        )
-        .await
+        let sql = complete!("status = 'sent', note = ?5");
+        let held = self.complete(rows, sql, vec![note.into()], None).await?;
+        Ok(held.0)
     }
 
-    async fn mark_dead(&self, rows: &Rows, error: &str) -> worker::Result<bool> {
-        self.complete(
-            rows,
-            complete!("status = 'dead', last_error = ?5"),
-            vec![error.into()],
-        )
-        .await
+    /// Dead, and in the same transaction `alert` (a statement writing its
+    /// row only where this one is dead). Says whether the claim held, and
+    /// whether the alert's row was written.
+    async fn mark_dead(
+        &self,
+        rows: &Rows,
+        error: &str,
+        alert: Option<Statement>,
+    ) -> worker::Result<(bool, bool)> {
+        let sql = complete!("status = 'dead', last_error = ?5");
+        self.complete(rows, sql, vec![error.into()], alert).await
     }
 
     /// Back to `pending`, due at `due` (ms).
     async fn reschedule(&self, rows: &Rows, error: &str, due: i64) -> worker::Result<bool> {
         let sql = complete!("status = 'pending', last_error = ?5, next_attempt_at = ?6");
-        self.complete(rows, sql, vec![error.into(), due.into()])
-            .await
+        let held = self
+            .complete(rows, sql, vec![error.into(), due.into()], None)
+            .await?;
+        Ok(held.0)
     }
 
-    /// Runs a [`complete!`] statement; says whether the claim still held.
+    /// Runs a [`complete!`] statement, and `then` after it in the same
+    /// transaction; says whether the claim still held, and whether `then`
+    /// changed a row.
     async fn complete(
         &self,
         rows: &Rows,
         sql: &'static str,
         values: Vec<Value>,
-    ) -> worker::Result<bool> {
+        then: Option<Statement>,
+    ) -> worker::Result<(bool, bool)> {
         let mut params: Vec<Value> = vec![
             self.key.as_str().into(),
             self.attempts.into(),
@@ -271,7 +299,12 @@ impl Claimed {
             self.lease_until.into(),
         ];
         params.extend(values);
-        let held = rows.0.run(&Statement::new(sql, params)).await? > 0;
+        let statements: Vec<Statement> = std::iter::once(Statement::new(sql, params))
+            .chain(then)
+            .collect();
+        let changes = rows.0.batch_changes(&statements).await?;
+        let changed = |i: usize| changes.get(i).is_some_and(|n| *n > 0);
+        let (held, then_changed) = (changed(0), changed(1));
         if !held {
             log::error(
                 &Line::new("outbox_claim_lost")
@@ -279,7 +312,7 @@ impl Claimed {
                     .attempt(self.attempts),
             );
         }
-        Ok(held)
+        Ok((held, then_changed))
     }
 }
 

@@ -23,6 +23,7 @@
 
 pub mod consumer;
 pub mod notify_chat;
+pub mod notify_operator;
 pub mod relay;
 pub mod send_receipt;
 
@@ -36,6 +37,7 @@ use crate::d1::{self, Statement};
 use crate::event::VerifiedEvent;
 use crate::fault::Fault;
 use crate::http;
+use crate::log::{self, Line};
 
 /// Every kind of side effect. Its name (the variant in snake_case) is what
 /// rows carry and what idempotency keys are derived from.
@@ -46,6 +48,9 @@ pub enum Action {
     SendReceipt,
     /// Tell a chat channel (`notify_chat.rs`).
     NotifyChat,
+    /// Alert the operators (`notify_operator.rs`): written by the receiver
+    /// itself, not by an effect.
+    NotifyOperator,
 }
 
 impl Action {
@@ -54,6 +59,7 @@ impl Action {
         match self {
             Action::SendReceipt => send_receipt::perform(payload, call).await,
             Action::NotifyChat => notify_chat::perform(payload, call).await,
+            Action::NotifyOperator => notify_operator::perform(payload, call).await,
         }
     }
 
@@ -216,6 +222,18 @@ pub async fn enqueue(env: &Env, keys: &[String], fault: Option<Fault>) -> worker
     Ok(())
 }
 
+/// Sends one committed row's key, now, best effort: on failure it is logged,
+/// and the cron relay sends the row after its grace period.
+pub async fn enqueue_now(env: &Env, key: String) {
+    if let Err(e) = enqueue(env, std::slice::from_ref(&key), None).await {
+        log::error(
+            &Line::new("outbox_enqueue_failed")
+                .idempotency_key(&key)
+                .error(e),
+        );
+    }
+}
+
 /// POSTs JSON with the idempotency key, aborted after the call's timeout.
 /// Any answer but 2xx is a failure to retry. Errors are fixed phrases and a
 /// status code: the runtime's own error text can quote the URL, and webhook
@@ -282,6 +300,7 @@ mod tests {
         for (action, name) in [
             (Action::SendReceipt, "send_receipt"),
             (Action::NotifyChat, "notify_chat"),
+            (Action::NotifyOperator, "notify_operator"),
         ] {
             assert_eq!(action.name(), name);
             assert_eq!(d1::from_stored(name), Some(action));
