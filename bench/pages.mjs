@@ -1,7 +1,8 @@
 // The dashboard over a long history: 10,000 processed events, 200 failed
-// ones and 200 dead side effects written straight into local D1, then each
-// page requested 20 times; prints the runtime (workerd) CPU and the wall time
-// per page view.
+// ones and 200 dead side effects, a full day of the trend for 9 sources in
+// every outcome (the most its table holds: 25 hours × 5 outcomes × 9) and
+// 500 alerts, written straight into local D1; then each page requested 20
+// times. Prints the runtime (workerd) CPU and the wall time per page view.
 //
 //   node bench/pages.mjs          (make build first)
 import { existsSync, rmSync } from "node:fs";
@@ -49,6 +50,24 @@ for (let n = 0; n < 200; n++) {
     w.db
       .prepare("INSERT INTO outbox (idempotency_key, source, event_id, action, payload, status, attempts, next_attempt_at, created_at, updated_at, last_error) VALUES (?, 'stripe', ?, 'send_receipt', '{}', 'dead', 5, ?, ?, ?, 'target answered 503')")
       .bind(`key_${n}`, id(n * 2 + 1), at, at, at),
+  );
+}
+// The trend at its bound: every minute of the 25 hours kept, every outcome.
+const SOURCES = ["stripe", "github", "clerk", "shop", "slack", "linear", "paddle", "twilio", "acme"];
+const OUTCOMES = ["processed", "duplicate", "accepted", "failed", "refused"];
+const nowMinute = Math.floor(Date.now() / 60_000);
+const trend = w.db.prepare("INSERT INTO delivery_trend (minute, source, outcome, value) VALUES (?, ?, ?, ?)");
+for (let m = nowMinute - 25 * 60 + 1; m <= nowMinute; m++) {
+  for (const source of SOURCES) {
+    for (const [i, outcome] of OUTCOMES.entries()) statements.push(trend.bind(m, source, outcome, 1 + ((m + i) % 40)));
+  }
+}
+for (let n = 0; n < 500; n++) {
+  const at = start + n * 60_000;
+  statements.push(
+    w.db
+      .prepare("INSERT INTO outbox (idempotency_key, source, event_id, action, payload, status, attempts, next_attempt_at, created_at, updated_at, note) VALUES (?, 'stripe', ?, 'notify_operator', ?, 'sent', 1, ?, ?, ?, NULL)")
+      .bind(`alert_${n}`, id(n), JSON.stringify({ text: `stripe: event ${id(n)} (invoice.paid) gave up: target answered 503.` }), at, at, at),
   );
 }
 for (let i = 0; i < statements.length; i += 500) await w.db.batch(statements.slice(i, i + 500));

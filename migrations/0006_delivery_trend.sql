@@ -2,8 +2,8 @@
 -- accepted, refused; failed: events that gave up), for the dashboard's
 -- trend: per minute over the last hour, per hour over the last day. Added
 -- to by each worker isolate every STATS_FLUSH_MS, and by the inbox when an
--- event gives up. Rows older than a day are deleted as new ones are added,
--- so the table holds at most 1,500 minutes × 5 outcomes per source.
+-- event gives up. Rows older than 25 hours are deleted as new ones are
+-- added, so the table holds at most 1,500 minutes × 5 outcomes per source.
 -- Telemetry, not truth: the ledger is the truth.
 CREATE TABLE delivery_trend (
     minute  INTEGER NOT NULL,   -- minutes since the Unix epoch, UTC
@@ -12,3 +12,8 @@ CREATE TABLE delivery_trend (
     value   INTEGER NOT NULL,
     PRIMARY KEY (minute, source, outcome)
 ) WITHOUT ROWID;
+
+-- The operators' alerts are outbox rows (action notify_operator); the
+-- dashboard lists the latest. Partial: only alert rows are indexed, so a
+-- side effect's row costs no index write.
+CREATE INDEX outbox_alerts ON outbox (created_at) WHERE action = 'notify_operator';

@@ -120,6 +120,14 @@ impl AlertSettings {
                 "ALERT_REFUSALS_PER_MINUTE must be 1 or more".into(),
             ));
         }
+        // The one alert channel: a typo must not be found by an alert that
+        // never arrives. (Its value, a secret, is never quoted.)
+        if let Some(url) = optional(env, "ALERT_URL") {
+            let scheme = worker::Url::parse(url.trim()).map(|u| u.scheme().to_string());
+            if !matches!(scheme.as_deref(), Ok("https" | "http")) {
+                return Err(ConfigError("ALERT_URL must be an http(s) URL".into()));
+            }
+        }
         Ok(AlertSettings {
             interval_ms,
             refusals_per_minute,

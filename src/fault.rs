@@ -37,6 +37,10 @@ pub enum Fault {
     /// The event is stored and its alarm armed, then the inbox's answer is
     /// lost (it errors before attempting the effect).
     LoseReply,
+    /// Before the claim, the inbox's tables are made as its first release
+    /// made them (see `inbox::schema`): the claim, the next copy and the
+    /// event's page must find and upgrade them.
+    FirstReleaseTables,
 }
 
 impl Fault {
@@ -56,6 +60,7 @@ impl Fault {
             "crash-after-call" => Fault::CrashAfterCall,
             "fail-claim" => Fault::FailClaim,
             "lose-reply" => Fault::LoseReply,
+            "first-release-tables" => Fault::FirstReleaseTables,
             _ => return None,
         })
     }
@@ -71,6 +76,7 @@ impl Fault {
             Fault::PauseBeforeComplete(ms) => format!("pause-before-complete:{ms}"),
             Fault::FailClaim => "fail-claim".into(),
             Fault::LoseReply => "lose-reply".into(),
+            Fault::FirstReleaseTables => "first-release-tables".into(),
         }
     }
 
@@ -121,6 +127,7 @@ mod tests {
             Fault::PauseBeforeComplete(2_500),
             Fault::FailClaim,
             Fault::LoseReply,
+            Fault::FirstReleaseTables,
         ] {
             let json = serde_json::to_string(&fault).unwrap();
             assert_eq!(json, format!("\"{}\"", fault.name()));

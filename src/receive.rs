@@ -17,7 +17,7 @@ use crate::config::{self, AlertSettings, ConfigError, Limits};
 use crate::event::{self, VerifiedEvent};
 use crate::fault::Fault;
 use crate::http::{self, BodyError};
-use crate::inbox::client::{self, Answer, DeliveryError};
+use crate::inbox::client::{self, Answer, DeliveryError, Handoff};
 use crate::inbox::state::Outcome;
 use crate::providers::{self, Identity, RawRequest, Rejection, VerifyContext};
 use crate::stats::Series;
@@ -227,7 +227,7 @@ enum Taken {
 /// so a prober cannot fill the table with names.
 fn count(env: &Env, ctx: &Context, source: &str, outcome: &str, refusal: Option<&Refusal>) {
     let source = match refusal {
-        Some(Refusal::UnknownSource) => "(unknown)",
+        Some(Refusal::UnknownSource) => stats::UNKNOWN_SOURCE,
         _ => source,
     };
     stats::count(source, "received");
@@ -288,7 +288,8 @@ async fn receive(
         now: (now_ms() / 1000) as u64,
         tolerance: config.tolerance_secs.unwrap_or(limits.tolerance_secs),
     };
-    trace.secret = Some(provider.verify(&raw, &ctx)?);
+    let verified = provider.verify(&raw, &ctx)?;
+    trace.secret = Some(verified.secret);
     let identity = match provider.identify(&raw)? {
         Identity::Event(identity) => identity,
         Identity::Handshake(reply) => return Ok(Taken::Handshake(reply)),
@@ -321,5 +322,10 @@ async fn receive(
     };
     // The inbox plans the effect, once, and refuses an event it cannot
     // plan (it would fail every retry) while the sender can still see why.
-    Ok(Taken::Event(client::deliver(env, event, fault).await?))
+    let handoff = Handoff {
+        event,
+        verified: Some(verified),
+        fault,
+    };
+    Ok(Taken::Event(client::deliver(env, handoff).await?))
 }

@@ -185,43 +185,62 @@ fn statements(counts: &Counts, now_ms: i64) -> Vec<Statement> {
     totals.chain(trend).chain(prune).collect()
 }
 
-/// Adds the counts to D1 in one batch, then alerts the operators of each
-/// source whose refusals in a minute reached `ALERT_REFUSALS_PER_MINUTE`
-/// (counted across isolates: the check reads the sum in D1). On failure
-/// they are logged and dropped: telemetry is not worth a retry loop.
+/// Adds the counts to D1 in one batch; in the same transaction, after
+/// them, alerts the operators of each source whose refusals in a minute
+/// reached `ALERT_REFUSALS_PER_MINUTE` (counted across isolates: the
+/// alert's row is conditional on the sum in D1), and sends the alerts
+/// written. On failure the counts are logged and dropped: telemetry is not
+/// worth a retry loop.
 pub async fn flush(env: Env, counts: Counts, now_ms: i64) {
+    let (alerts, keys) = refusal_alerts(&env, &counts, now_ms);
+    let mut statements = statements(&counts, now_ms);
+    let first_alert = statements.len();
+    statements.extend(alerts);
     let result = match Db::from_env(&env) {
-        Ok(db) => match db.batch(&statements(&counts, now_ms)).await {
-            Ok(()) => alert_refusals(&env, &db, &counts, now_ms).await,
-            Err(e) => Err(e),
-        },
+        Ok(db) => db.batch_changes(&statements).await,
         Err(e) => Err(e),
     };
-    if let Err(e) = result {
-        let n = counts.totals.len() + counts.trend.len();
-        log::error(&Line::new("stats_flush_failed").counts(n).error(e));
+    match result {
+        Ok(changes) => {
+            let written = changes.get(first_alert..).unwrap_or_default();
+            for (key, n) in keys.into_iter().zip(written) {
+                if *n > 0 {
+                    outbox::enqueue_now(&env, key).await;
+                }
+            }
+        }
+        Err(e) => {
+            let n = counts.totals.len() + counts.trend.len();
+            log::error(&Line::new("stats_flush_failed").counts(n).error(e));
+        }
     }
 }
 
-/// One conditional statement per source and minute with refusals in
-/// `counts`: its alert's row is written once the minute's sum reaches the
-/// threshold, once per alert bucket, and then sent.
-async fn alert_refusals(env: &Env, db: &Db, counts: &Counts, now_ms: i64) -> worker::Result<()> {
-    let refused = counts.trend.iter().filter(|t| t.2 == Series::Refused);
+/// One conditional alert row per source and minute with refusals in
+/// `counts`, and its key: written once the minute's sum reaches the
+/// threshold, once per alert bucket. Requests to sources that do not exist
+/// (`(unknown)`, a scanner) are charted, never alerted.
+fn refusal_alerts(env: &Env, counts: &Counts, now_ms: i64) -> (Vec<Statement>, Vec<String>) {
+    let refused = counts
+        .trend
+        .iter()
+        .filter(|(_, source, series, _)| *series == Series::Refused && source != UNKNOWN_SOURCE);
     let mut settings = None;
-    for (minute, source, _, _) in refused {
-        let settings = settings.get_or_insert_with(|| AlertSettings::for_alert(env));
-        let alert = Alert::Refusals {
-            source,
-            minute: *minute,
-        };
-        let (statement, _) = alert.row(settings, now_ms);
-        for key in db.texts(&statement).await? {
-            outbox::enqueue_now(env, key).await;
-        }
-    }
-    Ok(())
+    refused
+        .map(|(minute, source, _, _)| {
+            let settings = settings.get_or_insert_with(|| AlertSettings::for_alert(env));
+            let alert = Alert::Refusals {
+                source,
+                minute: *minute,
+            };
+            alert.row(settings, now_ms)
+        })
+        .unzip()
 }
+
+/// What requests to sources that do not exist are counted under, so that a
+/// prober cannot fill the tables with names.
+pub const UNKNOWN_SOURCE: &str = "(unknown)";
 
 #[cfg(test)]
 mod tests {

@@ -87,6 +87,23 @@ describe("admin views and actions", () => {
     assert.deepEqual(none.events, []);
   });
 
+  test("each delivery keeps how it was verified: the scheme, the secret's position, the signed time", async () => {
+    const id = uniqueId("evt");
+    const body = checkoutCompleted({ id });
+    const signedAt = Math.floor(Date.now() / 1000) - 40;
+    // The first signed with the previous secret of a rotation, 40 s ago;
+    // its copy with the current one, now.
+    await w.post("/webhooks/stripe", body, stripeHeaders(body, "whsec_test_previous", signedAt)).then((r) => r.json());
+    await send(body);
+    const { inbox } = await adminJson(`events/stripe/${id}`);
+    const scheme = "Stripe-Signature v1: HMAC-SHA256 of t.body";
+    assert.deepEqual(inbox.verified, { scheme, secret: 1, signed_at: signedAt });
+    assert.deepEqual(inbox.delivery_log[0].verified, inbox.verified);
+    const copy = inbox.delivery_log[1].verified;
+    assert.equal(copy.secret, 0);
+    assert.ok(Math.abs(copy.signed_at - Date.now() / 1000) < 30, "the copy's own signed time");
+  });
+
   test("replaying a done event is a no-op, and says so", async () => {
     const id = uniqueId("evt");
     const session = uniqueId("cs");

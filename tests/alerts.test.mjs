@@ -62,10 +62,17 @@ describe("alerts with ALERT_URL set", () => {
     assert.equal(calls[0].idempotencyKey, row.idempotency_key);
     assert.match(JSON.parse(calls[0].body).text, /^stripe: event evt_\w+ \(checkout\.session\.completed\) gave up: injected fault: before effect\. Replay or dismiss it/);
 
-    // A failed event's copy that fails again is still one failure: no alert.
-    await sendStripe(checkoutCompleted({ id: ids[0] }), { "x-test-fault": "effect-always-fails" });
+    // The trend counted each once, when listed.
+    const failedInTrend = () => w.scalar("SELECT sum(value) FROM delivery_trend WHERE source = 'stripe' AND outcome = 'failed'");
+    assert.equal(await failedInTrend(), 10);
+    // A failed event's copy that fails again is still one failure: with the
+    // bucket's alert gone, none is written again, nor counted.
+    await w.db.prepare("DELETE FROM outbox WHERE action = 'notify_operator' AND source = 'stripe'").run();
+    const again = await sendStripe(checkoutCompleted({ id: ids[0] }), { "x-test-fault": "effect-always-fails" });
+    assert.equal(again.outcome, "failed");
     await sleep(1_500);
-    assert.equal((await alertRows("stripe", "gave up")).length, rows.length);
+    assert.equal((await alertRows("stripe", "gave up")).length, 0);
+    assert.equal(await failedInTrend(), 10);
   });
 
   test("a side effect that dies: one alert; an alert that dies is not alerted", async () => {
@@ -100,6 +107,7 @@ describe("alerts with ALERT_URL set", () => {
     );
     await sleep(1_500);
     assert.equal((await alertRows("github", "is dead")).length, 0, "no alert about an alert");
+    assert.ok(!w.logs.some((line) => line.includes("alert.test")), "ALERT_URL is a secret: never logged");
     w.target.answer = () => 200;
   });
 
@@ -124,20 +132,31 @@ describe("alerts with ALERT_URL set", () => {
     assert.match(JSON.parse(rows[0].payload).text, /^stripe: 5 or more deliveries refused in the minute from \d{4}-\d\d-\d\d \d\d:\d\d UTC/);
     assert.equal(rows[0].event_id, "(refusals)");
     assert.equal(alertCalls("deliveries refused").length, rows.length);
+    // Requests to a source that does not exist (a scanner) are charted, never alerted.
+    for (let i = 0; i < 8; i++) await w.post("/webhooks/no-such-source", "{}").then((r) => r.arrayBuffer());
     await sleep(1_000);
     assert.equal((await alertRows("github", "deliveries refused")).length, 0);
+    assert.equal((await alertRows("(unknown)", "deliveries refused")).length, 0);
+    assert.ok((await w.scalar("SELECT sum(value) FROM delivery_trend WHERE source = '(unknown)' AND outcome = 'refused'")) >= 8);
   });
 
-  test("a misconfigured alert setting refuses deliveries, naming it", async () => {
-    const bad = await startWorker({ ...SETTINGS, ALERT_INTERVAL: "often" });
-    try {
-      const body = checkoutCompleted({ id: uniqueId("evt") });
-      const res = await bad.post("/webhooks/stripe", body, stripeHeaders(body, "whsec_test_current"));
-      assert.equal(res.status, 500);
-      assert.deepEqual(await res.json(), { error: "misconfigured" });
-      assert.match(bad.logged("delivery")[0].detail, /ALERT_INTERVAL must be a duration/);
-    } finally {
-      await bad.dispose();
+  test("a misconfigured alert setting refuses deliveries, naming it (ALERT_URL never quoted)", async () => {
+    for (const [name, value, why] of [
+      ["ALERT_INTERVAL", "often", /ALERT_INTERVAL must be a duration/],
+      ["ALERT_REFUSALS_PER_MINUTE", "0", /ALERT_REFUSALS_PER_MINUTE must be 1 or more/],
+      ["ALERT_URL", "hooks.slack.com/services/T0/B0/secret-token", /ALERT_URL must be an http\(s\) URL/],
+    ]) {
+      const bad = await startWorker({ ...SETTINGS, [name]: value });
+      try {
+        const body = checkoutCompleted({ id: uniqueId("evt") });
+        const res = await bad.post("/webhooks/stripe", body, stripeHeaders(body, "whsec_test_current"));
+        assert.equal(res.status, 500, name);
+        assert.deepEqual(await res.json(), { error: "misconfigured" });
+        assert.match(bad.logged("delivery")[0].detail, why);
+        if (name === "ALERT_URL") assert.ok(!bad.logs.some((line) => line.includes("secret-token")), "a secret is not logged");
+      } finally {
+        await bad.dispose();
+      }
     }
   });
 });

@@ -616,6 +616,26 @@ describe("smaller truths", () => {
     assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", otherId), 1);
   });
 
+  test("an inbox an older release left is upgraded in place: its event, its logged copies, how each was verified", async () => {
+    const body = checkoutCompleted();
+    const id = JSON.parse(body).id;
+    // The inbox's tables as the first release made them, then this delivery.
+    const first = await sendStripe(w, body, { "x-test-fault": "first-release-tables" });
+    assert.deepEqual(first, { status: 200, body: { outcome: "processed", key: `stripe:${id}` } });
+    const copy = await sendStripe(w, body);
+    assert.equal(copy.body.outcome, "duplicate");
+    const state = await w.inboxState(`stripe:${id}`);
+    assert.equal(state.state, "done");
+    // The first, the copy the first release logged, and this one.
+    assert.equal(state.deliveries, 3);
+    assert.deepEqual(state.delivery_log.map((d) => d.kind), ["first", "duplicate", "duplicate"]);
+    assert.equal(state.delivery_log[1].sha256, "logged by the first release");
+    assert.equal(state.delivery_log[1].verified, undefined, "not kept then");
+    assert.equal(state.verified.scheme, "Stripe-Signature v1: HMAC-SHA256 of t.body");
+    assert.equal(state.delivery_log[2].verified.secret, 0);
+    assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+  });
+
   test("the dashboard session expires, a logout clears it, every admin response forbids framing", async () => {
     const s = await startWorker({ ADMIN_TOKEN: TOKEN, ADMIN_SESSION_TTL: "3s" });
     try {

@@ -25,9 +25,15 @@ pub fn text(value: Option<&str>) -> String {
     value.map_or_else(|| "–".into(), escape)
 }
 
-/// Milliseconds since the epoch as an ISO time; a dash when absent.
+/// The furthest a JavaScript date reaches from the epoch, in ms: past it
+/// `toISOString` throws.
+const DATE_MAX_MS: i64 = 8_640_000_000_000_000;
+
+/// Milliseconds since the epoch as an ISO time; a dash when absent, the
+/// number itself when no date can hold it.
 pub fn time(ms: Option<i64>) -> String {
     match ms {
+        Some(ms) if ms.unsigned_abs() > DATE_MAX_MS as u64 => format!("{ms} ms"),
         Some(ms) => js_sys::Date::new(&(ms as f64).into())
             .to_iso_string()
             .as_string()

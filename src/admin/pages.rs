@@ -11,7 +11,8 @@ use super::{encode, Query};
 use crate::clock::now_ms;
 use crate::d1;
 use crate::inbox::state::EventState;
-use crate::outbox::OutboxStatus;
+use crate::inbox::store::LoggedDelivery;
+use crate::outbox::{Action, OutboxStatus};
 
 /// The sign-out button on every signed-in page.
 const LOGOUT: &str = r#"<form class="logout" method="post" action="/admin/logout"><button type="submit">Sign out</button></form>"#;
@@ -165,9 +166,15 @@ pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Re
         .iter()
         .map(|r| {
             let source = r.source.as_deref().unwrap_or_default();
+            // An alert is about a source, not one event's effect.
+            let about = if r.action == Action::NotifyOperator.name() {
+                td(format!("alert about <code>{}</code>", escape(source)))
+            } else {
+                event_link(source, r.event_id.as_deref().unwrap_or_default())
+            };
             vec![
                 td(time(Some(r.updated_at))),
-                event_link(source, r.event_id.as_deref().unwrap_or_default()),
+                about,
                 td(escape(&r.action)),
                 num(r.attempts),
                 bad(r.last_error.as_deref()),
@@ -229,6 +236,35 @@ pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Re
         table(&["raised", "source", "alert", "status"], &alert_rows),
     );
     page(200, "Webhooks", &body)
+}
+
+/// How a delivery was verified: the scheme and the position of the secret
+/// that matched; the time the signature covers, and how long before the
+/// delivery arrived that was (a replay shows as old).
+fn verified_cells(delivery: &LoggedDelivery) -> [String; 2] {
+    let Some(verified) = &delivery.verified else {
+        let unknown = || td(r#"<span class="muted">not kept (an older release)</span>"#.into());
+        return [unknown(), unknown()];
+    };
+    let scheme = td(format!(
+        "<code>{}</code><br>secret {} (by position)",
+        escape(&verified.scheme),
+        verified.secret
+    ));
+    let signed = match verified.signed_at {
+        Some(at) => {
+            let at_ms = i64::try_from(at).unwrap_or(i64::MAX).saturating_mul(1000);
+            let age = (delivery.at - at_ms) / 1000;
+            let when = match age {
+                0 => "the second it arrived".to_string(),
+                n if n > 0 => format!("{n} s before it arrived"),
+                n => format!("{} s after it arrived (the sender's clock)", -n),
+            };
+            td(format!("{}<br><small>{when}</small>", time(Some(at_ms))))
+        }
+        None => td(r#"<span class="muted">no signed time in this scheme</span>"#.into()),
+    };
+    [scheme, signed]
 }
 
 /// Events listed per page of the finder.
@@ -391,17 +427,33 @@ pub async fn event(
                 _ if Some(d.sha256.as_str()) == first_sha256 => td("same as the first".into()),
                 _ => bad(Some("differs from the first")),
             };
+            let [scheme, signed] = verified_cells(d);
             vec![
                 td(time(Some(d.at))),
                 td(escape(&d1::stored_name(&d.kind))),
+                scheme,
+                signed,
                 num(d.bytes),
-                code(&d.sha256),
+                // The first 16 hex digits, the whole hash on hover.
+                td(format!(
+                    r#"<code title="{0}">{1}…</code>"#,
+                    escape(&d.sha256),
+                    escape(d.sha256.get(..16).unwrap_or(&d.sha256))
+                )),
                 payload,
             ]
         })
         .collect();
     let deliveries_html = table(
-        &["arrived", "delivery", "bytes", "payload SHA-256", "payload"],
+        &[
+            "arrived",
+            "delivery",
+            "verified by",
+            "signed at",
+            "bytes",
+            "payload SHA-256",
+            "payload",
+        ],
         &deliveries,
     );
     let payload_html = inbox.map_or(String::new(), |i| {

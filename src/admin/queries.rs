@@ -185,7 +185,8 @@ pub async fn events(
 }
 
 /// One event: its inbox's state and its records in D1 (ledger row,
-/// failure, outbox rows).
+/// failure, outbox rows; an operators' alert that names it is not one of
+/// its side effects).
 pub async fn event<'a>(env: &Env, source: &'a str, id: &'a str) -> Result<EventDetail<'a>> {
     let records = Statement::new(
         "SELECT json_object(\
@@ -197,7 +198,8 @@ pub async fn event<'a>(env: &Env, source: &'a str, id: &'a str) -> Result<EventD
              'outbox', (SELECT json_group_array(json_object('idempotency_key', idempotency_key, \
                  'action', action, 'status', status, 'attempts', attempts, \
                  'last_error', last_error, 'note', note, 'updated_at', updated_at)) \
-                 FROM outbox WHERE source = ?1 AND event_id = ?2)) AS json",
+                 FROM outbox WHERE source = ?1 AND event_id = ?2 \
+                   AND action != 'notify_operator')) AS json",
         vec![source.into(), id.into()],
     );
     let records = one(env, records).await?;
@@ -273,7 +275,7 @@ pub async fn stats(env: &Env) -> Result<Json<Stats>> {
 /// The trend's rows as `(minute or hour since the epoch, source, series,
 /// count)`: per minute over the last hour, per hour over the last day
 /// (summed by SQLite), both up to `now_minute`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 pub struct TrendRows {
     pub minutes: Vec<(i64, String, String, i64)>,
     pub hours: Vec<(i64, String, String, i64)>,

@@ -147,35 +147,45 @@ fn chart(bars: &[Bar], width: i64, per: &str, label: &dyn Fn(usize) -> String) -
         r##"<svg class="trend" width="{total_width}" height="{CHART_HEIGHT}" viewBox="0 0 {total_width} {CHART_HEIGHT}" role="img" aria-label="peak {peak} per {per}"><line x1="0" y1="{y}" x2="{total_width}" y2="{y}" stroke="#e3e6ec"/>"##,
         y = CHART_HEIGHT - 1
     );
+    // Each segment is proportional within the height less a pixel per
+    // series, plus that pixel: a count of 1 under a peak of thousands still
+    // shows, and the bar never leaves the chart.
+    let proportional = CHART_HEIGHT - Series::ALL.len() as i64;
     for (slot, bar) in bars.iter().enumerate() {
-        let x = slot as i64 * width;
-        let mut stacked = 0;
+        if bar.iter().all(|n| *n <= 0) {
+            continue;
+        }
+        // One hover title per bar, over its segments.
         let summary: Vec<String> = Series::ALL
             .iter()
             .zip(bar)
             .filter(|(_, n)| **n > 0)
             .map(|(series, n)| format!("{n} {}", series.name()))
             .collect();
+        let _ = write!(
+            svg,
+            "<g><title>{} UTC: {}</title>",
+            label(slot),
+            summary.join(", ")
+        );
+        let x = slot as i64 * width;
+        let mut bottom = 0;
         for ((series, colour), n) in Series::ALL.iter().zip(COLOURS).zip(bar) {
             if *n <= 0 {
                 continue;
             }
-            // Heights from cumulative sums, so segments never overlap and a
-            // count of 1 under a peak of thousands still shows (1 px).
-            let bottom = CHART_HEIGHT * stacked / scale;
-            stacked += n;
-            let top = (CHART_HEIGHT * stacked / scale).max(bottom + 1);
+            let height = 1 + proportional * n / scale;
+            let top = bottom + height;
             let _ = write!(
                 svg,
-                r#"<rect x="{x}" y="{}" width="{}" height="{}" fill="{colour}" data-series="{}" data-n="{n}"><title>{} UTC: {}</title></rect>"#,
+                r#"<rect x="{x}" y="{}" width="{}" height="{height}" fill="{colour}" data-series="{}" data-n="{n}"/>"#,
                 CHART_HEIGHT - top,
                 (width - 1).max(1),
-                top - bottom,
                 series.name(),
-                label(slot),
-                summary.join(", ")
             );
+            bottom = top;
         }
+        svg.push_str("</g>");
     }
     let _ = write!(
         svg,
@@ -254,16 +264,43 @@ mod tests {
         );
         assert!(html.contains(r#"<td class="n bad"><strong>40</strong></td>"#));
         assert!(html.contains("peak 40 per minute"));
-        // The spike fills the chart; 3 under a peak of 40 is 3 px.
+        // The spike fills the chart but for a pixel per series; 3 under a
+        // peak of 40 is 1 + 3 px.
         assert!(
-            html.contains(r##"y="0" width="5" height="48" fill="#c53030""##),
+            html.contains(r##"y="4" width="5" height="44" fill="#c53030""##),
             "{html}"
         );
         assert!(
-            html.contains(r##"y="45" width="5" height="3" fill="#2f855a""##),
+            html.contains(r##"y="44" width="5" height="4" fill="#2f855a""##),
             "{html}"
         );
         assert!(html.contains("<title>"), "{html}");
+    }
+
+    #[test]
+    fn segments_stack_without_overlap_and_stay_in_the_chart() {
+        let bars = [[98, 1, 0, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]];
+        let svg = chart(&bars, 6, "minute", &|_| String::new());
+        let attr = |rect: &str, name: &str| -> i64 {
+            let start = rect.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+            rect[start..].split('"').next().unwrap().parse().unwrap()
+        };
+        for x in [0, 6] {
+            let rects: Vec<&str> = svg
+                .split("<rect ")
+                .skip(1)
+                .filter(|r| r.starts_with(&format!("x=\"{x}\"")))
+                .collect();
+            assert_eq!(rects.len(), if x == 0 { 4 } else { 5 });
+            let mut below = CHART_HEIGHT;
+            for rect in rects {
+                let (y, height) = (attr(rect, "y"), attr(rect, "height"));
+                assert!(height >= 1 && y >= 0, "{rect}");
+                assert_eq!(y + height, below, "each on the one below: {rect}");
+                below = y;
+            }
+        }
+        assert!(!svg.contains(r#"x="12""#), "an empty bar draws nothing");
     }
 
     #[test]

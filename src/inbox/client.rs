@@ -13,6 +13,7 @@ use crate::d1::Json;
 use crate::event::{dedupe_key, VerifiedEvent};
 use crate::fault::Fault;
 use crate::http;
+use crate::providers::Verified;
 
 /// `POST`: a verified delivery ([`Handoff`]) → [`Answer`]; 422 with the
 /// reason when its effect cannot be planned, 400 when the handoff cannot be
@@ -39,8 +40,11 @@ pub(super) const BAD_HANDOFF: u16 = 400;
 /// inside JSON: a body escaped into a JSON string is copied and escaped
 /// again on one side and unescaped on the other, which for a 1 MiB body
 /// costs milliseconds (see BENCHMARKS.md).
-pub(super) struct Handoff {
+pub struct Handoff {
     pub event: VerifiedEvent,
+    /// How this delivery was verified; `None` from a worker of an older
+    /// release, during a deploy.
+    pub verified: Option<Verified>,
     pub fault: Option<Fault>,
 }
 
@@ -58,6 +62,14 @@ impl Handoff {
         if let Some(fence) = &event.fence {
             query.append_pair("fence", fence);
         }
+        if let Some(verified) = &self.verified {
+            query
+                .append_pair("scheme", &verified.scheme)
+                .append_pair("secret", &verified.secret.to_string());
+            if let Some(at) = verified.signed_at {
+                query.append_pair("signed_at", &at.to_string());
+            }
+        }
         if let Some(fault) = self.fault {
             query.append_pair("fault", &fault.name());
         }
@@ -69,6 +81,7 @@ impl Handoff {
         let (mut source, mut provider, mut id, mut kind, mut received_at) =
             (None, None, None, None, None);
         let (mut fence, mut fault) = (None, None);
+        let (mut scheme, mut secret, mut signed_at) = (None, None, None);
         for (name, value) in form_urlencoded::parse(query.as_bytes()) {
             let value = value.into_owned();
             match name.as_ref() {
@@ -78,6 +91,11 @@ impl Handoff {
                 "type" => kind = Some(value),
                 "received_at" => received_at = value.parse().ok(),
                 "fence" => fence = Some(value),
+                "scheme" => scheme = Some(value),
+                "secret" => secret = Some(value.parse().map_err(|_| "handoff: bad secret")?),
+                "signed_at" => {
+                    signed_at = Some(value.parse().map_err(|_| "handoff: bad signed_at")?)
+                }
                 "fault" => fault = Some(Fault::parse(&value).ok_or("handoff: unknown fault")?),
                 _ => {}
             }
@@ -92,6 +110,15 @@ impl Handoff {
                 body,
                 fence,
                 received_at: received_at.ok_or_else(|| missing("received_at"))?,
+            },
+            verified: match (scheme, secret) {
+                (Some(scheme), Some(secret)) => Some(Verified {
+                    scheme,
+                    secret,
+                    signed_at,
+                }),
+                (None, None) => None,
+                _ => return Err("handoff: a scheme without a secret, or the reverse".into()),
             },
             fault,
         })
@@ -137,6 +164,9 @@ pub struct InboxState {
     pub next_wake_up_at: Option<i64>,
     /// The body exactly as signed.
     pub body: String,
+    /// How the first delivery was verified (`None` for an event stored
+    /// before this was kept).
+    pub verified: Option<Verified>,
 }
 
 /// Why a delivery did not get an answer from its inbox.
@@ -153,14 +183,9 @@ pub enum DeliveryError {
 }
 
 /// Hands a verified event to its inbox and returns what the inbox did.
-pub async fn deliver(
-    env: &Env,
-    event: VerifiedEvent,
-    fault: Option<Fault>,
-) -> std::result::Result<Answer, DeliveryError> {
+pub async fn deliver(env: &Env, handoff: Handoff) -> std::result::Result<Answer, DeliveryError> {
     let not_recorded = |e: worker::Error| DeliveryError::NotRecorded(e.to_string());
-    let stub = stub(env, &event.key()).map_err(not_recorded)?;
-    let handoff = Handoff { event, fault };
+    let stub = stub(env, &handoff.event.key()).map_err(not_recorded)?;
     let target = format!("{}?{}", url(DELIVER), handoff.query());
     let request = http::post(&target, &handoff.event.body, &[]).map_err(not_recorded)?;
     let mut response = stub
@@ -264,21 +289,36 @@ mod tests {
 
     #[test]
     fn a_handoff_reads_back_exactly_whatever_its_fields_hold() {
-        for (id, fence, fault) in [
-            ("evt_1", None, None),
+        let verified = |signed_at| {
+            Some(Verified {
+                scheme: "x-acme-signature: HMAC-SHA256 (hex) of timestamp.body & more".into(),
+                secret: 1,
+                signed_at,
+            })
+        };
+        for (id, fence, verified, fault) in [
+            ("evt_1", None, None, None),
             (
                 "id with spaces, = & ? # % + and ünïcödé",
                 Some("cd".repeat(32)),
+                verified(Some(1_796_000_000)),
                 None,
             ),
-            ("evt_2", None, Some(Fault::D1DownUntil(1_796_000_000_000))),
+            (
+                "evt_2",
+                None,
+                verified(None),
+                Some(Fault::D1DownUntil(1_796_000_000_000)),
+            ),
         ] {
             let sent = Handoff {
                 event: event(id, fence.as_deref()),
+                verified,
                 fault,
             };
             let read = Handoff::from_parts(&sent.query(), sent.event.body.clone()).unwrap();
             assert_eq!(read.event, sent.event);
+            assert_eq!(read.verified, sent.verified);
             assert_eq!(read.fault, sent.fault);
         }
     }
@@ -287,6 +327,7 @@ mod tests {
     fn a_handoff_missing_a_field_or_naming_an_unknown_fault_is_an_error() {
         let full = Handoff {
             event: event("evt_1", None),
+            verified: None,
             fault: None,
         }
         .query();
@@ -301,5 +342,12 @@ mod tests {
         }
         let bad_fault = format!("{full}&fault=no-such-fault");
         assert!(Handoff::from_parts(&bad_fault, String::new()).is_err());
+        for half in ["scheme=x", "secret=1", "scheme=x&secret=-1"] {
+            let query = format!("{full}&{half}");
+            assert!(
+                Handoff::from_parts(&query, String::new()).is_err(),
+                "{half}"
+            );
+        }
     }
 }

@@ -169,7 +169,11 @@ impl EventInbox {
     }
 
     async fn receive(&self, handoff: Handoff) -> Result<Response> {
-        let Handoff { event, fault } = handoff;
+        let Handoff {
+            event,
+            verified,
+            fault,
+        } = handoff;
         let settings = self.settings()?;
 
         // The plan and the claim, in one synchronous step: no other request
@@ -178,6 +182,9 @@ impl EventInbox {
         // once, for a new event only: a copy never parses the body for its
         // effect. One that cannot be planned would fail every retry: it is
         // refused before anything is stored, while the sender can see why.
+        if fault == Some(Fault::FirstReleaseTables) && !self.store.holds_event()? {
+            self.store.make_first_release_tables()?;
+        }
         let held = self.store.holds_event()?;
         let plan = if held {
             None
@@ -191,9 +198,11 @@ impl EventInbox {
         let claim = if fault == Some(Fault::FailClaim) {
             Err("injected fault: claim".into())
         } else if held {
-            self.store.log_copy(&event, now_ms()).map(Claim::Held)
+            let copy = self.store.log_copy(&event, now_ms(), verified.as_ref());
+            copy.map(Claim::Held)
         } else {
-            self.store.claim_first(&event, fault).map(|()| Claim::First)
+            let first = self.store.claim_first(&event, fault, verified.as_ref());
+            first.map(|()| Claim::First)
         };
         let claim = match claim {
             Ok(claim) => claim,
@@ -367,6 +376,7 @@ impl EventInbox {
                 .map(|of| dedupe_key(&row.event.source, of)),
             bytes: row.event.body.len() as i64,
             sha256: event::sha256_hex(row.event.body.as_bytes()),
+            verified: row.verified.clone(),
         };
         let (later, mut delivery_log) = self.store.later_deliveries()?;
         delivery_log.insert(0, first);
@@ -382,6 +392,7 @@ impl EventInbox {
             // Only informative: the state is shown without it if it fails.
             next_wake_up_at: self.state.storage().get_alarm().await.ok().flatten(),
             body: row.event.body,
+            verified: row.verified,
         }))
     }
 

@@ -23,18 +23,52 @@ const EVENT_TABLE: &str = "CREATE TABLE event (
         fault TEXT,
         reported INTEGER NOT NULL DEFAULT 0,
         replay_of TEXT,
-        fence TEXT
+        fence TEXT,
+        sig_scheme TEXT,
+        sig_secret INTEGER,
+        signed_at INTEGER
     )";
 
-/// Columns added since the first release, for inboxes created before them:
-/// `reported` says whether `failed_events` lists the event (set when its
-/// failure is written, cleared when a later success is), `replay_of` names
-/// the event whose signed content this one repeated, `fence` is
-/// [`VerifiedEvent::fence`].
-const EVENT_UPGRADES: [&str; 3] = [
-    "ALTER TABLE event ADD COLUMN reported INTEGER NOT NULL DEFAULT 0",
-    "ALTER TABLE event ADD COLUMN replay_of TEXT",
-    "ALTER TABLE event ADD COLUMN fence TEXT",
+/// Columns added since the first release, for inboxes created before
+/// them, each with the statement that adds it: `reported` says whether
+/// `failed_events` lists the event (set when its failure is written,
+/// cleared when a later success is), `replay_of` names the event whose
+/// signed content this one repeated, `fence` is [`VerifiedEvent::fence`],
+/// and `sig_*` and `signed_at` say how the first delivery was verified
+/// (`providers::Verified`).
+const EVENT_UPGRADES: [(&str, &str); 6] = [
+    (
+        "reported",
+        "ALTER TABLE event ADD COLUMN reported INTEGER NOT NULL DEFAULT 0",
+    ),
+    ("replay_of", "ALTER TABLE event ADD COLUMN replay_of TEXT"),
+    ("fence", "ALTER TABLE event ADD COLUMN fence TEXT"),
+    ("sig_scheme", "ALTER TABLE event ADD COLUMN sig_scheme TEXT"),
+    (
+        "sig_secret",
+        "ALTER TABLE event ADD COLUMN sig_secret INTEGER",
+    ),
+    (
+        "signed_at",
+        "ALTER TABLE event ADD COLUMN signed_at INTEGER",
+    ),
+];
+
+/// The same for the deliveries table (whose columns are not named inside
+/// any other's: the schema's text is searched for them).
+const DELIVERIES_UPGRADES: [(&str, &str); 3] = [
+    (
+        "sig_scheme",
+        "ALTER TABLE deliveries ADD COLUMN sig_scheme TEXT",
+    ),
+    (
+        "sig_secret",
+        "ALTER TABLE deliveries ADD COLUMN sig_secret INTEGER",
+    ),
+    (
+        "signed_at",
+        "ALTER TABLE deliveries ADD COLUMN signed_at INTEGER",
+    ),
 ];
 
 /// The later deliveries: when each arrived, and its payload by size and
@@ -48,8 +82,44 @@ const DELIVERIES_TABLE: &str = "CREATE TABLE IF NOT EXISTS deliveries (
         seq INTEGER PRIMARY KEY,
         at INTEGER NOT NULL,
         bytes INTEGER NOT NULL,
-        sha256 TEXT NOT NULL
+        sha256 TEXT NOT NULL,
+        sig_scheme TEXT,
+        sig_secret INTEGER,
+        signed_at INTEGER
     )";
+
+/// The tables as the first release made them: an event table without any
+/// column added since, and a delivery log named `copies`, without `seq`,
+/// holding one logged copy. Made only under `Fault::FirstReleaseTables`, so
+/// that the end-to-end tests prove the upgrade of an object an older
+/// release left behind.
+const FIRST_RELEASE_TABLES: [&str; 3] = [
+    "CREATE TABLE event (
+        singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+        source TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        type TEXT NOT NULL,
+        body TEXT NOT NULL,
+        received_at INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        effect_attempts INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT,
+        done_at INTEGER,
+        fault TEXT
+    )",
+    "CREATE TABLE copies (at INTEGER NOT NULL, bytes INTEGER NOT NULL, sha256 TEXT NOT NULL)",
+    "INSERT INTO copies (at, bytes, sha256) VALUES (1, 2, 'logged by the first release')",
+];
+
+/// Whether a table's schema (its `CREATE TABLE` text, which SQLite extends
+/// with each added column) names `column`: as a whole word, so that an old
+/// `fence_body` is not taken for `fence`.
+fn has_column(schema: &str, column: &str) -> bool {
+    schema
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(|word| word == column)
+}
 
 /// The inbox's SQLite, and whether this instance has made its tables.
 pub struct Tables {
@@ -114,56 +184,76 @@ impl Tables {
             None => {
                 self.sql.exec(EVENT_TABLE, None)?;
             }
-            Some(sql) if !sql.contains("fence") => {
-                for upgrade in EVENT_UPGRADES {
-                    self.sql.exec(upgrade, None)?;
-                }
-            }
-            Some(_) => {}
+            Some(sql) => self.upgrade(&sql, &EVENT_UPGRADES)?,
         }
         self.event_ready.set(true);
         Ok(())
     }
 
+    /// Adds the columns a table's schema (`sql`) lacks.
+    fn upgrade(&self, sql: &str, upgrades: &[(&str, &str)]) -> Result<()> {
+        for (column, statement) in upgrades {
+            if !has_column(sql, column) {
+                self.sql.exec(statement, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// See [`FIRST_RELEASE_TABLES`].
+    pub fn make_first_release_tables(&self) -> Result<()> {
+        for statement in FIRST_RELEASE_TABLES {
+            self.sql.exec(statement, None)?;
+        }
+        self.forget();
+        Ok(())
+    }
+
     /// Whether the deliveries table exists (created with the first
     /// duplicate), asked without creating it. A log kept under its old name
-    /// (`copies`) is renamed, or — should both exist, after a rollback and a
-    /// roll forward — added to the new one.
+    /// (`copies`) is copied into it (made if need be: should both exist,
+    /// after a rollback and a roll forward, added to it), and it is given
+    /// the columns added since it was made.
     pub fn has_deliveries_table(&self) -> Result<bool> {
         if self.deliveries_ready.get() {
             return Ok(true);
         }
-        let mut names = Vec::new();
+        let mut tables = Vec::new();
         for row in self
             .sql
             .exec(
-                "SELECT name FROM sqlite_master
+                "SELECT name, sql FROM sqlite_master
                  WHERE type = 'table' AND name IN ('deliveries', 'copies')",
                 None,
             )?
             .raw()
         {
-            if let [SqlStorageValue::String(name)] = row?.as_slice() {
-                names.push(name.clone());
+            if let [SqlStorageValue::String(name), SqlStorageValue::String(sql)] = row?.as_slice() {
+                tables.push((name.clone(), sql.clone()));
             }
         }
-        let has = |name: &str| names.iter().any(|n| n == name);
-        match (has("deliveries"), has("copies")) {
-            (false, true) => {
-                self.sql
-                    .exec("ALTER TABLE copies RENAME TO deliveries", None)?;
+        let schema = |name: &str| {
+            let table = tables.iter().find(|(n, _)| n == name);
+            table.map(|(_, sql)| sql.as_str())
+        };
+        // The old log is copied over, never renamed: the first release's
+        // had no `seq`, which counts the deliveries.
+        match schema("deliveries") {
+            Some(sql) => self.upgrade(sql, &DELIVERIES_UPGRADES)?,
+            None if schema("copies").is_some() => {
+                self.sql.exec(DELIVERIES_TABLE, None)?;
             }
-            (true, true) => {
-                self.sql.exec(
-                    "INSERT INTO deliveries (at, bytes, sha256)
-                     SELECT at, bytes, sha256 FROM copies ORDER BY rowid",
-                    None,
-                )?;
-                self.sql.exec("DROP TABLE copies", None)?;
-            }
-            _ => {}
+            None => {}
         }
-        let found = !names.is_empty();
+        if schema("copies").is_some() {
+            self.sql.exec(
+                "INSERT INTO deliveries (at, bytes, sha256)
+                 SELECT at, bytes, sha256 FROM copies ORDER BY rowid",
+                None,
+            )?;
+            self.sql.exec("DROP TABLE copies", None)?;
+        }
+        let found = !tables.is_empty();
         self.deliveries_ready.set(found);
         Ok(found)
     }
@@ -192,5 +282,20 @@ impl Tables {
             Some([SqlStorageValue::String(text)]) => Some(text.clone()),
             _ => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_column_is_found_by_its_whole_name() {
+        let schema = "CREATE TABLE event (singleton INTEGER, fence_body INTEGER NOT NULL DEFAULT 0, signed_at INTEGER)";
+        assert!(!has_column(schema, "fence"), "fence_body is another column");
+        assert!(has_column(schema, "fence_body"));
+        assert!(has_column(schema, "signed_at"));
+        assert!(has_column(&format!("{schema}, fence TEXT"), "fence"));
+        assert!(!has_column(schema, "sig_scheme"));
     }
 }

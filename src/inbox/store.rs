@@ -10,6 +10,7 @@ use super::schema::Tables;
 use super::state::{EventState, Held};
 use crate::event::{self, VerifiedEvent};
 use crate::fault::Fault;
+use crate::providers::Verified;
 
 /// How many later deliveries the log keeps. A request replayed 20,000
 /// times must not make its event unreadable (SQLite values stop at 2 MB):
@@ -19,7 +20,8 @@ pub const DELIVERIES_KEPT: i64 = 100;
 /// The stored event, read column by column: never re-encoded through JSON,
 /// so a body at the size cap loads whatever bytes it holds.
 const LOAD_EVENT: &str = "SELECT source, provider, event_id, type, body, received_at, state,
-        effect_attempts, fault, last_error, done_at, reported, replay_of, fence
+        effect_attempts, fault, last_error, done_at, reported, replay_of, fence,
+        sig_scheme, sig_secret, signed_at
     FROM event";
 
 /// The held event and its progress.
@@ -32,6 +34,8 @@ pub struct EventRow {
     pub done_at: Option<i64>,
     pub reported: bool,
     pub replay_of: Option<String>,
+    /// How the first delivery was verified.
+    pub verified: Option<Verified>,
 }
 
 impl EventRow {
@@ -60,6 +64,7 @@ impl EventRow {
             done_at: int(10),
             reported: int(11).unwrap_or_default() != 0,
             replay_of: text(12),
+            verified: verified(row.get(14..17).unwrap_or_default()),
         })
     }
 
@@ -89,6 +94,10 @@ pub struct LoggedDelivery {
     pub duplicate_of: Option<String>,
     pub bytes: i64,
     pub sha256: String,
+    /// How it was verified (`None` where it was not kept: a delivery
+    /// stored by an older release).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<Verified>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,11 +192,18 @@ impl Store {
 
     /// Inserts the event row: the first delivery. Called only when
     /// [`Store::holds_event`], asked in the same synchronous step, said no.
-    pub fn claim_first(&self, event: &VerifiedEvent, fault: Option<Fault>) -> Result<()> {
+    pub fn claim_first(
+        &self,
+        event: &VerifiedEvent,
+        fault: Option<Fault>,
+        verified: Option<&Verified>,
+    ) -> Result<()> {
         self.tables.ensure_event_table()?;
+        let [scheme, secret, signed_at] = verified_columns(verified);
         let inserted = self.tables.first(
-            "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault, fence)
-             VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault, fence,
+                 sig_scheme, sig_secret, signed_at)
+             VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT (singleton) DO NOTHING
              RETURNING singleton",
             vec![
@@ -200,6 +216,9 @@ impl Store {
                 EventState::Received.as_str().into(),
                 fault.map_or(SqlStorageValue::Null, |f| f.name().into()),
                 event.fence.as_deref().map_or(SqlStorageValue::Null, Into::into),
+                scheme,
+                secret,
+                signed_at,
             ],
         )?;
         inserted
@@ -210,15 +229,25 @@ impl Store {
     /// Counts and logs a later delivery, as arrived at `now`, and returns the
     /// held event's state. Called only when [`Store::holds_event`] said yes:
     /// the copy's body is hashed for the log, never written.
-    pub fn log_copy(&self, event: &VerifiedEvent, now: i64) -> Result<EventState> {
+    pub fn log_copy(
+        &self,
+        event: &VerifiedEvent,
+        now: i64,
+        verified: Option<&Verified>,
+    ) -> Result<EventState> {
         let state = self.state()?.ok_or("inbox row: unreadable state")?;
         self.tables.ensure_deliveries_table()?;
+        let [scheme, secret, signed_at] = verified_columns(verified);
         let logged = self.tables.first(
-            "INSERT INTO deliveries (at, bytes, sha256) VALUES (?, ?, ?) RETURNING seq",
+            "INSERT INTO deliveries (at, bytes, sha256, sig_scheme, sig_secret, signed_at)
+             VALUES (?, ?, ?, ?, ?, ?) RETURNING seq",
             vec![
                 now.into(),
                 (event.body.len() as i64).into(),
                 event::sha256_hex(event.body.as_bytes()).into(),
+                scheme,
+                secret,
+                signed_at,
             ],
         )?;
         if let Some(seq) = logged.as_deref().and_then(|r| r.first()).and_then(integer) {
@@ -331,6 +360,12 @@ impl Store {
         self.tables.forget();
     }
 
+    /// The tables of an object the first release left (tests only: see
+    /// [`Fault::FirstReleaseTables`]).
+    pub fn make_first_release_tables(&self) -> Result<()> {
+        self.tables.make_first_release_tables()
+    }
+
     /// The later deliveries, oldest first, and how many there ever were.
     pub fn later_deliveries(&self) -> Result<(i64, Vec<LoggedDelivery>)> {
         if !self.tables.has_deliveries_table()? {
@@ -342,13 +377,15 @@ impl Store {
             .tables
             .sql
             .exec(
-                "SELECT seq, at, bytes, sha256 FROM deliveries ORDER BY seq",
+                "SELECT seq, at, bytes, sha256, sig_scheme, sig_secret, signed_at
+                 FROM deliveries ORDER BY seq",
                 None,
             )?
             .raw()
         {
-            if let [SqlStorageValue::Integer(seq), SqlStorageValue::Integer(at), SqlStorageValue::Integer(bytes), SqlStorageValue::String(sha256)] =
-                row?.as_slice()
+            let row = row?;
+            if let [SqlStorageValue::Integer(seq), SqlStorageValue::Integer(at), SqlStorageValue::Integer(bytes), SqlStorageValue::String(sha256), verified @ ..] =
+                row.as_slice()
             {
                 count = *seq;
                 log.push(LoggedDelivery {
@@ -357,11 +394,42 @@ impl Store {
                     duplicate_of: None,
                     bytes: *bytes,
                     sha256: sha256.clone(),
+                    verified: self::verified(verified),
                 });
             }
         }
         Ok((count, log))
     }
+}
+
+/// The `sig_scheme, sig_secret, signed_at` columns of a delivery.
+fn verified_columns(verified: Option<&Verified>) -> [SqlStorageValue; 3] {
+    match verified {
+        Some(v) => [
+            v.scheme.as_str().into(),
+            (v.secret as i64).into(),
+            v.signed_at
+                .map_or(SqlStorageValue::Null, |at| (at as i64).into()),
+        ],
+        None => [
+            SqlStorageValue::Null,
+            SqlStorageValue::Null,
+            SqlStorageValue::Null,
+        ],
+    }
+}
+
+/// Reads back what [`verified_columns`] wrote; `None` where the scheme is
+/// missing (a delivery stored before it was kept).
+fn verified(columns: &[SqlStorageValue]) -> Option<Verified> {
+    let [SqlStorageValue::String(scheme), secret, signed_at] = columns else {
+        return None;
+    };
+    Some(Verified {
+        scheme: scheme.clone(),
+        secret: integer(secret).and_then(|n| usize::try_from(n).ok())?,
+        signed_at: integer(signed_at).and_then(|n| u64::try_from(n).ok()),
+    })
 }
 
 /// An integer column (SQLite may hand back a float for one).

@@ -139,6 +139,7 @@ async fn handle(
         Err(error) if claim.attempts >= settings.max_attempts => {
             // The operators are alerted in the same transaction; an alert's
             // own death is only logged (no alert about an alert).
+            let at = now_ms();
             let alert = (claim.action != Action::NotifyOperator.name()).then(|| {
                 let alert = Alert::SideEffectDead {
                     source: &claim.source,
@@ -148,18 +149,18 @@ async fn handle(
                     attempts: claim.attempts,
                     error: &error,
                 };
-                alert.row(&AlertSettings::for_alert(env), now_ms())
+                alert.row(&AlertSettings::for_alert(env), at)
             });
             let (alert, alert_key) = alert.unzip();
-            let (dead, alerted) = claim.mark_dead(rows, &error, alert).await?;
+            let (dead, alerted) = claim.mark_dead(rows, &error, at, alert).await?;
             if dead {
                 log::error(&line("outbox_dead").detail(&error));
+                if let (true, Some(alert_key)) = (alerted, alert_key) {
+                    enqueue_now(env, alert_key).await;
+                }
                 env.queue(OUTBOX_DLQ_BINDING)?
                     .send_raw(Job::message(key, None)?)
                     .await?;
-            }
-            if let (true, Some(alert_key)) = (alerted, alert_key) {
-                enqueue_now(env, alert_key).await;
             }
             Ok(Next::Ack)
         }
@@ -256,46 +257,47 @@ impl Rows {
 impl Claimed {
     async fn mark_sent(&self, rows: &Rows, note: Option<String>) -> worker::Result<bool> {
         let sql = complete!("status = 'sent', note = ?5");
-        let held = self.complete(rows, sql, vec![note.into()], None).await?;
-        Ok(held.0)
+        let values = vec![note.into()];
+        Ok(self.complete(rows, sql, values, now_ms(), None).await?.0)
     }
 
-    /// Dead, and in the same transaction `alert` (a statement writing its
-    /// row only where this one is dead). Says whether the claim held, and
-    /// whether the alert's row was written.
+    /// Dead as of `at`, and in the same transaction `alert` (a statement
+    /// writing its row only where this claim made the row dead at `at`).
+    /// Says whether the claim held, and whether the alert's row was written.
     async fn mark_dead(
         &self,
         rows: &Rows,
         error: &str,
+        at: i64,
         alert: Option<Statement>,
     ) -> worker::Result<(bool, bool)> {
         let sql = complete!("status = 'dead', last_error = ?5");
-        self.complete(rows, sql, vec![error.into()], alert).await
+        self.complete(rows, sql, vec![error.into()], at, alert)
+            .await
     }
 
     /// Back to `pending`, due at `due` (ms).
     async fn reschedule(&self, rows: &Rows, error: &str, due: i64) -> worker::Result<bool> {
         let sql = complete!("status = 'pending', last_error = ?5, next_attempt_at = ?6");
-        let held = self
-            .complete(rows, sql, vec![error.into(), due.into()], None)
-            .await?;
-        Ok(held.0)
+        let values = vec![error.into(), due.into()];
+        Ok(self.complete(rows, sql, values, now_ms(), None).await?.0)
     }
 
-    /// Runs a [`complete!`] statement, and `then` after it in the same
-    /// transaction; says whether the claim still held, and whether `then`
-    /// changed a row.
+    /// Runs a [`complete!`] statement as of `now`, and `then` after it in
+    /// the same transaction; says whether the claim still held, and whether
+    /// `then` changed a row.
     async fn complete(
         &self,
         rows: &Rows,
         sql: &'static str,
         values: Vec<Value>,
+        now: i64,
         then: Option<Statement>,
     ) -> worker::Result<(bool, bool)> {
         let mut params: Vec<Value> = vec![
             self.key.as_str().into(),
             self.attempts.into(),
-            now_ms().into(),
+            now.into(),
             self.lease_until.into(),
         ];
         params.extend(values);

@@ -62,22 +62,25 @@ const INSERT_IF_NEWLY_FAILED: &str = "INSERT INTO outbox \
          AND dismissed_at IS NULL) \
      ON CONFLICT (idempotency_key) DO NOTHING";
 
-/// Writes the alert's row only where the side effect's row (`?6`) is dead:
-/// after the update that made it so, in the same transaction.
+/// Writes the alert's row only where this claim made the side effect's row
+/// (`?6`) dead: after the update, in the same transaction, which left its
+/// attempt (`?7`) and its time (`?5`, the alert's own). A stalled claim
+/// that lost the row to another run writes nothing.
 const INSERT_IF_DEAD: &str = "INSERT INTO outbox \
      (idempotency_key, source, event_id, action, payload, next_attempt_at, created_at, updated_at) \
      SELECT ?1, ?2, ?3, 'notify_operator', ?4, ?5, ?5, ?5 \
-     WHERE EXISTS (SELECT 1 FROM outbox WHERE idempotency_key = ?6 AND status = 'dead') \
+     WHERE EXISTS (SELECT 1 FROM outbox WHERE idempotency_key = ?6 AND status = 'dead' \
+       AND attempts = ?7 AND updated_at = ?5) \
      ON CONFLICT (idempotency_key) DO NOTHING";
 
 /// Writes the alert's row only where the minute's (`?6`) refusals for the
-/// source reached the threshold (`?7`); returns its key when written.
+/// source reached the threshold (`?7`).
 const INSERT_IF_REFUSALS: &str = "INSERT INTO outbox \
      (idempotency_key, source, event_id, action, payload, next_attempt_at, created_at, updated_at) \
      SELECT ?1, ?2, ?3, 'notify_operator', ?4, ?5, ?5, ?5 \
      WHERE EXISTS (SELECT 1 FROM delivery_trend WHERE minute = ?6 AND source = ?2 \
        AND outcome = 'refused' AND value >= ?7) \
-     ON CONFLICT (idempotency_key) DO NOTHING RETURNING idempotency_key";
+     ON CONFLICT (idempotency_key) DO NOTHING";
 
 /// Errors quoted in an alert are cut here: a chat line, not a report.
 const ERROR_MAX_CHARS: usize = 300;
@@ -100,10 +103,13 @@ impl Alert<'_> {
                 event_id,
                 INSERT_IF_NEWLY_FAILED,
                 format!(
-                    "{source}: event {event_id} ({kind}) gave up: {}. Replay or dismiss it from \
-                     the dashboard (/admin). Further failures of {source} within {every} are \
-                     listed there, not alerted.",
-                    cut(error)
+                    "{}: event {} ({}) gave up: {}. Replay or dismiss it from the dashboard \
+                     (/admin). Further failures of {0} within {every} are listed there, not \
+                     alerted.",
+                    slack(source),
+                    slack(event_id),
+                    slack(kind),
+                    slack(&cut(error))
                 ),
                 Vec::new(),
             ),
@@ -120,13 +126,16 @@ impl Alert<'_> {
                 event_id,
                 INSERT_IF_DEAD,
                 format!(
-                    "{source}: side effect {action} of event {event_id} is dead after {attempts} \
-                     attempt{}: {}. Requeue it from the dashboard (/admin). Further dead side \
-                     effects of {source} within {every} are listed there, not alerted.",
+                    "{}: side effect {} of event {} is dead after {attempts} attempt{}: {}. \
+                     Requeue it from the dashboard (/admin). Further dead side effects of {0} \
+                     within {every} are listed there, not alerted.",
+                    slack(source),
+                    slack(action),
+                    slack(event_id),
                     if attempts == 1 { "" } else { "s" },
-                    cut(error)
+                    slack(&cut(error))
                 ),
-                vec![key.into()],
+                vec![key.into(), attempts.into()],
             ),
             Alert::Refusals { source, minute } => (
                 "refusals",
@@ -134,9 +143,11 @@ impl Alert<'_> {
                 "(refusals)",
                 INSERT_IF_REFUSALS,
                 format!(
-                    "{source}: {} or more deliveries refused in the minute from {} UTC \
-                     (ALERT_REFUSALS_PER_MINUTE). A secret rotated at the sender but not here? \
-                     The `delivery` log lines say why each was refused.",
+                    "{}: {} or more deliveries refused in the minute from {} UTC \
+                     (ALERT_REFUSALS_PER_MINUTE). A secret rotated at the sender but not here, \
+                     a misconfiguration or an outage: the `delivery` log lines say why each \
+                     was refused.",
+                    slack(source),
                     settings.refusals_per_minute,
                     clock::utc_minute(minute)
                 ),
@@ -160,6 +171,15 @@ impl Alert<'_> {
         params.extend(extra);
         (Statement::new(sql, params), key)
     }
+}
+
+/// Text as Slack's `text` field reads it literally: `&`, `<` and `>`
+/// escaped, so that an event id or an error cannot mention `<!channel>` or
+/// hide a link.
+fn slack(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// `error`, at most [`ERROR_MAX_CHARS`] characters of it.
@@ -263,6 +283,27 @@ mod tests {
                 .contains("60 or more deliveries refused in the minute from 2023-11-14 22:13 UTC"),
             "{payload}"
         );
+    }
+
+    #[test]
+    fn what_the_sender_controls_cannot_ping_a_channel() {
+        let alert = Alert::EventFailed {
+            source: "stripe",
+            event_id: "<!channel>",
+            kind: "a&b",
+            error: "<https://evil.example|click>",
+        };
+        let (statement, _) = alert.row(&SETTINGS, 0);
+        let Value::Text(payload) = &statement.params[3] else {
+            panic!("payload is text");
+        };
+        assert!(
+            payload.contains(
+                "event &lt;!channel&gt; (a&amp;b) gave up: &lt;https://evil.example|click&gt;."
+            ),
+            "{payload}"
+        );
+        assert!(!payload.contains('<'));
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! `json:<JSON pointer>`.
 
 use super::{
-    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
+    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection, Verified,
     VerifyContext,
 };
 use crate::config::ConfigError;
@@ -123,7 +123,7 @@ impl Provider for GenericHmac {
         }
     }
 
-    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection> {
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<Verified, Rejection> {
         let header = required_header(req, &self.header).ok_or(Rejection::MissingSignature)?;
         let encoded = header
             .strip_prefix(self.prefix.as_str())
@@ -149,7 +149,25 @@ impl Provider for GenericHmac {
                 .any_signed(&[text.as_bytes(), b".", &req.body], &[candidate]),
             None => ctx.secrets.any_signed(&[&req.body], &[candidate]),
         };
-        verdict(signed_by, timestamp.map(|(_, seconds)| seconds), ctx)
+        let scheme = format!(
+            "{}: HMAC-SHA256 ({}) of {}",
+            self.header,
+            match self.encoding {
+                Encoding::Hex => "hex",
+                Encoding::Base64 => "base64",
+            },
+            if timestamp.is_some() {
+                "timestamp.body"
+            } else {
+                "the body"
+            }
+        );
+        verdict(
+            &scheme,
+            signed_by,
+            timestamp.map(|(_, seconds)| seconds),
+            ctx,
+        )
     }
 
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {

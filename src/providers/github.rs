@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::{
     hex_tag, required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
-    VerifyContext,
+    Verified, VerifyContext,
 };
 
 pub struct GitHub;
@@ -20,11 +20,12 @@ impl Provider for GitHub {
         "github"
     }
 
-    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection> {
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<Verified, Rejection> {
         let header =
             required_header(req, "x-hub-signature-256").ok_or(Rejection::MissingSignature)?;
         let candidate = hex_tag(header, "sha256=")?;
         verdict(
+            "X-Hub-Signature-256: HMAC-SHA256 of the body",
             ctx.secrets.any_signed(&[&req.body], &[candidate]),
             None,
             ctx,

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::{
     hex_tag, required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
-    VerifyContext,
+    Verified, VerifyContext,
 };
 
 pub struct Linear;
@@ -30,10 +30,12 @@ impl Provider for Linear {
         "linear"
     }
 
-    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection> {
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<Verified, Rejection> {
         let header = required_header(req, "linear-signature").ok_or(Rejection::MissingSignature)?;
         let candidate = hex_tag(header, "")?;
-        let secret = verdict(
+        const SCHEME: &str = "Linear-Signature: HMAC-SHA256 of the body (webhookTimestamp inside)";
+        let verified = verdict(
+            SCHEME,
             ctx.secrets.any_signed(&[&req.body], &[candidate]),
             None,
             ctx,
@@ -42,7 +44,7 @@ impl Provider for Linear {
         let sent_at = payload(req)?
             .webhook_timestamp
             .ok_or_else(|| Rejection::MalformedBody("no webhookTimestamp".into()))?;
-        verdict(Some(secret), Some(sent_at / 1000), ctx)
+        verdict(SCHEME, Some(verified.secret), Some(sent_at / 1000), ctx)
     }
 
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {

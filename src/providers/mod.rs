@@ -38,6 +38,8 @@ mod twilio;
 )))]
 compile_error!("build at least one provider: a feature such as `stripe` or `github`");
 
+use serde::{Deserialize, Serialize};
+
 use crate::config::ConfigError;
 use crate::signature::{within_window, Secrets};
 use crate::sources::SourceConfig;
@@ -118,6 +120,20 @@ pub struct EventIdentity {
     pub kind: String,
 }
 
+/// What verification established about a request, kept with each delivery
+/// so that operators can read it on the event's page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verified {
+    /// The scheme that checked it: the header, and what its MAC covers.
+    pub scheme: String,
+    /// The position of the configured secret that verified it (never its
+    /// value): when the old secret of a rotation stops appearing, retire it.
+    pub secret: usize,
+    /// The time the signature covers (seconds since the epoch), for
+    /// schemes that sign one: how old the request was when it arrived.
+    pub signed_at: Option<u64>,
+}
+
 /// Why a request was turned away. Each variant is something a caller (or an
 /// operator reading the log) can act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,9 +200,9 @@ pub trait Provider {
     }
 
     /// Checks the signature over the raw request. Runs before anything
-    /// parses the body. Returns the position of the secret that verified
-    /// it, so operators can see when a rotated-out secret goes unused.
-    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection>;
+    /// parses the body. Says how it was verified: the scheme, the position
+    /// of the secret that matched, the signed time.
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<Verified, Rejection>;
 
     /// Reads the event id and type. Only called on a verified request.
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection>;
@@ -267,21 +283,26 @@ fn hex_tag(header: &str, prefix: &str) -> Result<Vec<u8>, Rejection> {
         .ok_or(Rejection::MalformedSignature)
 }
 
-/// The verdict on a signed request: the signature first — nothing about a
-/// forged request is trusted, its timestamp included — then the window, for
-/// schemes that sign a time. `signed_by` is the position of the secret that
-/// matched, if one did; it is what a verified request returns.
+/// The verdict on a request signed under `scheme`: the signature first —
+/// nothing about a forged request is trusted, its timestamp included — then
+/// the window, for schemes that sign a time. `signed_by` is the position of
+/// the secret that matched, if one did.
 fn verdict(
+    scheme: &str,
     signed_by: Option<usize>,
     signed_at: Option<u64>,
     ctx: &VerifyContext,
-) -> Result<usize, Rejection> {
+) -> Result<Verified, Rejection> {
     let secret = signed_by.ok_or(Rejection::BadSignature)?;
     match signed_at {
         Some(at) if !within_window(at, ctx.now, ctx.tolerance) => {
             Err(Rejection::TimestampOutsideWindow)
         }
-        _ => Ok(secret),
+        _ => Ok(Verified {
+            scheme: scheme.to_string(),
+            secret,
+            signed_at,
+        }),
     }
 }
 

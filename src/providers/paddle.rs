@@ -4,7 +4,7 @@
 //! is the body's `event_id`, the type its `event_type`.
 
 use super::{
-    json_identity, required_header, verdict, Identity, Provider, RawRequest, Rejection,
+    json_identity, required_header, verdict, Identity, Provider, RawRequest, Rejection, Verified,
     VerifyContext,
 };
 
@@ -20,7 +20,7 @@ impl Provider for Paddle {
         None
     }
 
-    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection> {
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<Verified, Rejection> {
         let header = required_header(req, "paddle-signature").ok_or(Rejection::MissingSignature)?;
         let mut timestamp_text = None;
         let mut candidates = Vec::new();
@@ -41,6 +41,7 @@ impl Provider for Paddle {
         }
         let signed: [&[u8]; 3] = [timestamp_text.as_bytes(), b":", &req.body];
         verdict(
+            "Paddle-Signature h1: HMAC-SHA256 of ts:body",
             ctx.secrets.any_signed(&signed, &candidates),
             Some(timestamp),
             ctx,

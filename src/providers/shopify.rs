@@ -4,7 +4,7 @@
 //! subscription gets its own), the type `X-Shopify-Topic`.
 
 use super::{
-    header_identity, required_header, verdict, Identity, Provider, RawRequest, Rejection,
+    header_identity, required_header, verdict, Identity, Provider, RawRequest, Rejection, Verified,
     VerifyContext,
 };
 use crate::signature::base64_decode;
@@ -16,11 +16,12 @@ impl Provider for Shopify {
         "shopify"
     }
 
-    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection> {
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<Verified, Rejection> {
         let header =
             required_header(req, "x-shopify-hmac-sha256").ok_or(Rejection::MissingSignature)?;
         let candidate = base64_decode(header).ok_or(Rejection::MalformedSignature)?;
         verdict(
+            "X-Shopify-Hmac-Sha256: HMAC-SHA256 (base64) of the body",
             ctx.secrets.any_signed(&[&req.body], &[candidate]),
             None,
             ctx,

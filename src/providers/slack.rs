@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::{
     hex_tag, required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
-    VerifyContext,
+    Verified, VerifyContext,
 };
 
 pub struct Slack;
@@ -23,7 +23,7 @@ impl Provider for Slack {
         None
     }
 
-    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection> {
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<Verified, Rejection> {
         let header =
             required_header(req, "x-slack-signature").ok_or(Rejection::MissingSignature)?;
         let timestamp_text =
@@ -34,6 +34,7 @@ impl Provider for Slack {
         let candidate = hex_tag(header, "v0=")?;
         let signed: [&[u8]; 4] = [b"v0:", timestamp_text.as_bytes(), b":", &req.body];
         verdict(
+            "X-Slack-Signature v0: HMAC-SHA256 of v0:timestamp:body",
             ctx.secrets.any_signed(&signed, &[candidate]),
             Some(timestamp),
             ctx,

@@ -11,7 +11,7 @@ use ed25519_compact::{PublicKey, Signature};
 use serde::Deserialize;
 
 use super::{
-    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
+    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection, Verified,
     VerifyContext,
 };
 use crate::signature::{base64_decode, Tag};
@@ -89,7 +89,7 @@ impl Provider for StandardWebhooks {
         Key::parse(secret).map(|_| ())
     }
 
-    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection> {
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<Verified, Rejection> {
         let id = required_header(req, self.id_header).ok_or(Rejection::MissingSignature)?;
         let timestamp_text =
             required_header(req, self.timestamp_header).ok_or(Rejection::MissingSignature)?;
@@ -124,25 +124,35 @@ impl Provider for StandardWebhooks {
         ];
         let mut signed_content: Option<Vec<u8>> = None;
         let signed_by = keys.into_iter().find_map(|(position, key)| {
-            let matched = match key {
+            let (matched, scheme) = match key {
                 Key::Symmetric(secret) => {
                     let tag = Tag::sha256(&secret, &parts);
-                    candidates
+                    let matched = candidates
                         .iter()
-                        .any(|(version, sig)| *version == "v1" && tag.matches(sig))
+                        .any(|(version, sig)| *version == "v1" && tag.matches(sig));
+                    (matched, "v1: HMAC-SHA256")
                 }
                 Key::Public(public) => {
                     let content = signed_content.get_or_insert_with(|| parts.concat());
-                    candidates.iter().any(|(version, sig)| {
+                    let matched = candidates.iter().any(|(version, sig)| {
                         *version == "v1a"
                             && Signature::from_slice(sig)
                                 .is_ok_and(|sig| public.verify(&content[..], &sig).is_ok())
-                    })
+                    });
+                    (matched, "v1a: Ed25519")
                 }
             };
-            matched.then_some(position)
+            matched.then_some((position, scheme))
         });
-        verdict(signed_by, Some(timestamp), ctx)
+        let scheme = signed_by.map_or_else(String::new, |(_, scheme)| {
+            format!("{} {scheme} of id.timestamp.body", self.signature_header)
+        });
+        verdict(
+            &scheme,
+            signed_by.map(|(position, _)| position),
+            Some(timestamp),
+            ctx,
+        )
     }
 
     /// The type is the payload's `type`, the convention of the spec.
@@ -211,6 +221,29 @@ mod tests {
             // The whsec_ prefix is optional.
             assert_eq!(verify_with(&provider, &SECRET[6..], SIG, TS), Ok(()));
         }
+    }
+
+    #[test]
+    fn the_scheme_names_the_header_and_the_version_that_matched() {
+        let verified = |provider: &StandardWebhooks, secrets: &str, sig: &str| {
+            let secrets = Secrets::split(secrets);
+            let ctx = testing::context(&secrets, TS);
+            let request = request(provider, Some(sig), &TS.to_string(), BODY);
+            provider.verify(&request, &ctx).unwrap()
+        };
+        let svix = verified(&StandardWebhooks::svix(), SECRET, SIG);
+        assert_eq!(
+            svix.scheme,
+            "svix-signature v1: HMAC-SHA256 of id.timestamp.body"
+        );
+        assert_eq!((svix.secret, svix.signed_at), (0, Some(TS)));
+        let both = format!("{SECRET} {PUBLIC}");
+        let ed25519 = verified(&StandardWebhooks::standard(), &both, SIG_V1A);
+        assert_eq!(
+            ed25519.scheme,
+            "webhook-signature v1a: Ed25519 of id.timestamp.body"
+        );
+        assert_eq!(ed25519.secret, 1);
     }
 
     #[test]

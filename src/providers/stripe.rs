@@ -6,7 +6,7 @@
 use serde::Deserialize;
 
 use super::{
-    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
+    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection, Verified,
     VerifyContext,
 };
 
@@ -51,7 +51,7 @@ impl Provider for Stripe {
         None
     }
 
-    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection> {
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<Verified, Rejection> {
         let header = required_header(req, "stripe-signature").ok_or(Rejection::MissingSignature)?;
         let header = parse_header(header)?;
         let timestamp: u64 = header
@@ -61,6 +61,7 @@ impl Provider for Stripe {
 
         let signed: [&[u8]; 3] = [header.timestamp.as_bytes(), b".", &req.body];
         verdict(
+            "Stripe-Signature v1: HMAC-SHA256 of t.body",
             ctx.secrets.any_signed(&signed, &header.v1),
             Some(timestamp),
             ctx,
@@ -162,6 +163,21 @@ mod tests {
         assert_eq!(
             verify(&header, "whsec_old_secret\nwhsec_test_secret"),
             Ok(())
+        );
+    }
+
+    #[test]
+    fn says_which_secret_and_what_time_it_verified_under() {
+        let secrets = Secrets::split("whsec_test_secret, whsec_old_secret");
+        let ctx = testing::context(&secrets, T + 10);
+        let request = request(Some(&format!("t={T},v1={SIG_OLD}")), BODY);
+        assert_eq!(
+            Stripe.verify(&request, &ctx),
+            Ok(Verified {
+                scheme: "Stripe-Signature v1: HMAC-SHA256 of t.body".into(),
+                secret: 1,
+                signed_at: Some(T),
+            })
         );
     }
 

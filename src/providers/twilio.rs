@@ -13,7 +13,7 @@ use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
 use super::{
-    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
+    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection, Verified,
     VerifyContext,
 };
 use crate::signature::base64_decode;
@@ -102,7 +102,7 @@ impl Provider for Twilio {
         "twilio"
     }
 
-    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<usize, Rejection> {
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<Verified, Rejection> {
         let header =
             required_header(req, "x-twilio-signature").ok_or(Rejection::MissingSignature)?;
         let candidate = base64_decode(header).ok_or(Rejection::MalformedSignature)?;
@@ -129,7 +129,12 @@ impl Provider for Twilio {
                 mac.verify_slice(&candidate).is_ok()
             })
         });
-        let secret = verdict(signed_by, None, ctx)?;
+        let scheme = if body_sha256.is_some() {
+            "X-Twilio-Signature: HMAC-SHA1 of the URL (its bodySHA256 binds the body)"
+        } else {
+            "X-Twilio-Signature: HMAC-SHA1 of the URL and the sorted form parameters"
+        };
+        let verified = verdict(scheme, signed_by, None, ctx)?;
         // The signature covers the URL; the URL must cover the body. A body
         // that is neither signed form parameters nor bound by a digest is
         // not authenticated at all.
@@ -142,7 +147,7 @@ impl Provider for Twilio {
         if !bound {
             return Err(Rejection::BadSignature);
         }
-        Ok(secret)
+        Ok(verified)
     }
 
     /// A form's signature covers its parameters decoded and sorted, not its
