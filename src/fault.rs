@@ -37,10 +37,10 @@ pub enum Fault {
     /// The event is stored and its alarm armed, then the inbox's answer is
     /// lost (it errors before attempting the effect).
     LoseReply,
-    /// Before the claim, the inbox's tables are made as its first release
-    /// made them (see `inbox::schema`): the claim, the next copy and the
-    /// event's page must find and upgrade them.
-    FirstReleaseTables,
+    /// Before the claim, the inbox is given the tables an older release
+    /// left, holding this event, done (see `inbox::schema`): this delivery
+    /// is a copy, which must find and upgrade them.
+    OlderTables,
 }
 
 impl Fault {
@@ -60,7 +60,7 @@ impl Fault {
             "crash-after-call" => Fault::CrashAfterCall,
             "fail-claim" => Fault::FailClaim,
             "lose-reply" => Fault::LoseReply,
-            "first-release-tables" => Fault::FirstReleaseTables,
+            "older-tables" => Fault::OlderTables,
             _ => return None,
         })
     }
@@ -76,7 +76,7 @@ impl Fault {
             Fault::PauseBeforeComplete(ms) => format!("pause-before-complete:{ms}"),
             Fault::FailClaim => "fail-claim".into(),
             Fault::LoseReply => "lose-reply".into(),
-            Fault::FirstReleaseTables => "first-release-tables".into(),
+            Fault::OlderTables => "older-tables".into(),
         }
     }
 
@@ -127,7 +127,7 @@ mod tests {
             Fault::PauseBeforeComplete(2_500),
             Fault::FailClaim,
             Fault::LoseReply,
-            Fault::FirstReleaseTables,
+            Fault::OlderTables,
         ] {
             let json = serde_json::to_string(&fault).unwrap();
             assert_eq!(json, format!("\"{}\"", fault.name()));

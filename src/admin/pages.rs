@@ -254,7 +254,7 @@ fn verified_cells(delivery: &LoggedDelivery) -> [String; 2] {
     let signed = match verified.signed_at {
         Some(at) => {
             let at_ms = i64::try_from(at).unwrap_or(i64::MAX).saturating_mul(1000);
-            let age = (delivery.at - at_ms) / 1000;
+            let age = delivery.at.saturating_sub(at_ms) / 1000;
             let when = match age {
                 0 => "the second it arrived".to_string(),
                 n if n > 0 => format!("{n} s before it arrived"),

@@ -133,8 +133,9 @@ fn clock_label(minute: i64) -> String {
 
 const CHART_HEIGHT: i64 = 48;
 
-/// Stacked bars, `width` px each, scaled to the tallest; each segment says
-/// its count and series on hover (`<title>`) and to tests (`data-*`).
+/// Stacked bars, `width` px each, scaled to the tallest; each bar says its
+/// counts on hover (`<title>`), each segment its series and count to tests
+/// (`data-*`).
 fn chart(bars: &[Bar], width: i64, per: &str, label: &dyn Fn(usize) -> String) -> String {
     let peak = bars
         .iter()

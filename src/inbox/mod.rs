@@ -182,8 +182,8 @@ impl EventInbox {
         // once, for a new event only: a copy never parses the body for its
         // effect. One that cannot be planned would fail every retry: it is
         // refused before anything is stored, while the sender can see why.
-        if fault == Some(Fault::FirstReleaseTables) && !self.store.holds_event()? {
-            self.store.make_first_release_tables()?;
+        if fault == Some(Fault::OlderTables) && !self.store.holds_event()? {
+            self.store.make_older_tables(&event)?;
         }
         let held = self.store.holds_event()?;
         let plan = if held {

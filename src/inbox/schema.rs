@@ -6,6 +6,8 @@ use std::cell::Cell;
 
 use worker::{Result, SqlStorage, SqlStorageValue};
 
+use crate::event::VerifiedEvent;
+
 /// The one event this inbox holds. Its row is also the record of the first
 /// delivery (`received_at`); the outcome of that delivery is `state`.
 const EVENT_TABLE: &str = "CREATE TABLE event (
@@ -54,8 +56,7 @@ const EVENT_UPGRADES: [(&str, &str); 6] = [
     ),
 ];
 
-/// The same for the deliveries table (whose columns are not named inside
-/// any other's: the schema's text is searched for them).
+/// The same for the deliveries table.
 const DELIVERIES_UPGRADES: [(&str, &str); 3] = [
     (
         "sig_scheme",
@@ -88,12 +89,12 @@ const DELIVERIES_TABLE: &str = "CREATE TABLE IF NOT EXISTS deliveries (
         signed_at INTEGER
     )";
 
-/// The tables as the first release made them: an event table without any
-/// column added since, and a delivery log named `copies`, without `seq`,
-/// holding one logged copy. Made only under `Fault::FirstReleaseTables`, so
-/// that the end-to-end tests prove the upgrade of an object an older
-/// release left behind.
-const FIRST_RELEASE_TABLES: [&str; 3] = [
+/// Tables an older release left, for the end-to-end test of the upgrade
+/// (made only under `Fault::OlderTables`): the first release's event table,
+/// without any column added since, holding the event; and a delivery log
+/// as the release before this one left it — the first release's `copies`
+/// renamed to `deliveries`, without `seq` — holding one logged copy.
+const OLDER_TABLES: [&str; 3] = [
     "CREATE TABLE event (
         singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
         source TEXT NOT NULL,
@@ -108,9 +109,37 @@ const FIRST_RELEASE_TABLES: [&str; 3] = [
         done_at INTEGER,
         fault TEXT
     )",
-    "CREATE TABLE copies (at INTEGER NOT NULL, bytes INTEGER NOT NULL, sha256 TEXT NOT NULL)",
-    "INSERT INTO copies (at, bytes, sha256) VALUES (1, 2, 'logged by the first release')",
+    "CREATE TABLE deliveries (at INTEGER NOT NULL, bytes INTEGER NOT NULL, sha256 TEXT NOT NULL)",
+    "INSERT INTO deliveries (at, bytes, sha256) VALUES (1, 2, 'logged by an older release')",
 ];
+
+/// The columns a delivery log must have to be this release's (then only
+/// [`DELIVERIES_UPGRADES`] may be missing); any other is an older release's.
+const LOG_COLUMNS: [&str; 4] = ["seq", "at", "bytes", "sha256"];
+
+/// The statement copying an older release's log (`table`, made by
+/// `schema`) into `deliveries`: the columns it has, a stand-in for those it
+/// lacks (the first release's had no `seq`, an earlier one no payload
+/// hash); its `seq` kept where `keep_seq` (the new log was empty), so that
+/// the count of deliveries stays.
+fn copy_log(table: &str, schema: &str, keep_seq: bool) -> String {
+    let column = |name: &'static str, stand_in: &'static str| {
+        if has_column(schema, name) {
+            name
+        } else {
+            stand_in
+        }
+    };
+    let seq = keep_seq && has_column(schema, "seq");
+    format!(
+        "INSERT INTO deliveries ({}at, bytes, sha256) SELECT {}{}, {}, {} FROM {table} ORDER BY rowid",
+        if seq { "seq, " } else { "" },
+        if seq { "seq, " } else { "" },
+        column("at", "0"),
+        column("bytes", "0"),
+        column("sha256", "'not kept'"),
+    )
+}
 
 /// Whether a table's schema (its `CREATE TABLE` text, which SQLite extends
 /// with each added column) names `column`: as a whole word, so that an old
@@ -200,20 +229,32 @@ impl Tables {
         Ok(())
     }
 
-    /// See [`FIRST_RELEASE_TABLES`].
-    pub fn make_first_release_tables(&self) -> Result<()> {
-        for statement in FIRST_RELEASE_TABLES {
+    /// See [`OLDER_TABLES`]; the event row is `event`, done.
+    pub fn make_older_tables(&self, event: &VerifiedEvent) -> Result<()> {
+        for statement in OLDER_TABLES {
             self.sql.exec(statement, None)?;
         }
+        self.sql.exec(
+            "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state)
+             VALUES (1, ?, ?, ?, ?, ?, ?, 'done')",
+            vec![
+                event.source.as_str().into(),
+                event.provider.as_str().into(),
+                event.id.as_str().into(),
+                event.kind.as_str().into(),
+                event.body.as_str().into(),
+                event.received_at.into(),
+            ],
+        )?;
         self.forget();
         Ok(())
     }
 
     /// Whether the deliveries table exists (created with the first
-    /// duplicate), asked without creating it. A log kept under its old name
-    /// (`copies`) is copied into it (made if need be: should both exist,
-    /// after a rollback and a roll forward, added to it), and it is given
-    /// the columns added since it was made.
+    /// duplicate), asked without creating it. It is given the columns added
+    /// since it was made; and an older release's log — a `copies` table, or
+    /// a `deliveries` without [`LOG_COLUMNS`] — is copied into a new one and
+    /// dropped, in the same synchronous step (so at once, or not at all).
     pub fn has_deliveries_table(&self) -> Result<bool> {
         if self.deliveries_ready.get() {
             return Ok(true);
@@ -232,28 +273,32 @@ impl Tables {
                 tables.push((name.clone(), sql.clone()));
             }
         }
-        let schema = |name: &str| {
-            let table = tables.iter().find(|(n, _)| n == name);
-            table.map(|(_, sql)| sql.as_str())
+        let current = |(name, sql): &&(String, String)| {
+            name == "deliveries" && LOG_COLUMNS.iter().all(|c| has_column(sql, c))
         };
-        // The old log is copied over, never renamed: the first release's
-        // had no `seq`, which counts the deliveries.
-        match schema("deliveries") {
-            Some(sql) => self.upgrade(sql, &DELIVERIES_UPGRADES)?,
-            None if schema("copies").is_some() => {
+        let mut found = false;
+        if let Some((_, sql)) = tables.iter().find(current) {
+            self.upgrade(sql, &DELIVERIES_UPGRADES)?;
+            found = true;
+        }
+        let older: Vec<&(String, String)> = tables.iter().filter(|t| !current(t)).collect();
+        let keep_seq = !found;
+        for (n, (name, schema)) in older.into_iter().enumerate() {
+            let table = if name == "deliveries" {
+                self.sql
+                    .exec("ALTER TABLE deliveries RENAME TO deliveries_before", None)?;
+                "deliveries_before"
+            } else {
+                name.as_str()
+            };
+            if !found {
                 self.sql.exec(DELIVERIES_TABLE, None)?;
+                found = true;
             }
-            None => {}
+            self.sql
+                .exec(&copy_log(table, schema, keep_seq && n == 0), None)?;
+            self.sql.exec(&format!("DROP TABLE {table}"), None)?;
         }
-        if schema("copies").is_some() {
-            self.sql.exec(
-                "INSERT INTO deliveries (at, bytes, sha256)
-                 SELECT at, bytes, sha256 FROM copies ORDER BY rowid",
-                None,
-            )?;
-            self.sql.exec("DROP TABLE copies", None)?;
-        }
-        let found = !tables.is_empty();
         self.deliveries_ready.set(found);
         Ok(found)
     }
@@ -297,5 +342,20 @@ mod tests {
         assert!(has_column(schema, "signed_at"));
         assert!(has_column(&format!("{schema}, fence TEXT"), "fence"));
         assert!(!has_column(schema, "sig_scheme"));
+    }
+
+    #[test]
+    fn an_older_log_is_copied_with_what_it_has() {
+        let first = "CREATE TABLE copies (at INTEGER NOT NULL, bytes INTEGER NOT NULL, sha256 TEXT NOT NULL)";
+        assert_eq!(
+            copy_log("copies", first, true),
+            "INSERT INTO deliveries (at, bytes, sha256) SELECT at, bytes, sha256 FROM copies ORDER BY rowid"
+        );
+        let root = "CREATE TABLE deliveries (seq INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, outcome TEXT NOT NULL)";
+        assert_eq!(
+            copy_log("deliveries_before", root, true),
+            "INSERT INTO deliveries (seq, at, bytes, sha256) SELECT seq, at, 0, 'not kept' FROM deliveries_before ORDER BY rowid"
+        );
+        assert!(!copy_log("deliveries_before", root, false).contains("seq"));
     }
 }

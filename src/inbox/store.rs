@@ -360,10 +360,10 @@ impl Store {
         self.tables.forget();
     }
 
-    /// The tables of an object the first release left (tests only: see
-    /// [`Fault::FirstReleaseTables`]).
-    pub fn make_first_release_tables(&self) -> Result<()> {
-        self.tables.make_first_release_tables()
+    /// The tables of an object an older release left, holding `event`
+    /// (tests only: see [`Fault::OlderTables`]).
+    pub fn make_older_tables(&self, event: &VerifiedEvent) -> Result<()> {
+        self.tables.make_older_tables(event)
     }
 
     /// The later deliveries, oldest first, and how many there ever were.

@@ -103,13 +103,10 @@ impl Alert<'_> {
                 event_id,
                 INSERT_IF_NEWLY_FAILED,
                 format!(
-                    "{}: event {} ({}) gave up: {}. Replay or dismiss it from the dashboard \
-                     (/admin). Further failures of {0} within {every} are listed there, not \
-                     alerted.",
-                    slack(source),
-                    slack(event_id),
-                    slack(kind),
-                    slack(&cut(error))
+                    "{source}: event {event_id} ({kind}) gave up: {}. Replay or dismiss it from \
+                     the dashboard (/admin). Further failures of {source} within {every} are \
+                     listed there, not alerted.",
+                    cut(error)
                 ),
                 Vec::new(),
             ),
@@ -126,14 +123,11 @@ impl Alert<'_> {
                 event_id,
                 INSERT_IF_DEAD,
                 format!(
-                    "{}: side effect {} of event {} is dead after {attempts} attempt{}: {}. \
-                     Requeue it from the dashboard (/admin). Further dead side effects of {0} \
-                     within {every} are listed there, not alerted.",
-                    slack(source),
-                    slack(action),
-                    slack(event_id),
+                    "{source}: side effect {action} of event {event_id} is dead after {attempts} \
+                     attempt{}: {}. Requeue it from the dashboard (/admin). Further dead side \
+                     effects of {source} within {every} are listed there, not alerted.",
                     if attempts == 1 { "" } else { "s" },
-                    slack(&cut(error))
+                    cut(error)
                 ),
                 vec![key.into(), attempts.into()],
             ),
@@ -143,11 +137,10 @@ impl Alert<'_> {
                 "(refusals)",
                 INSERT_IF_REFUSALS,
                 format!(
-                    "{}: {} or more deliveries refused in the minute from {} UTC \
+                    "{source}: {} or more deliveries refused in the minute from {} UTC \
                      (ALERT_REFUSALS_PER_MINUTE). A secret rotated at the sender but not here, \
                      a misconfiguration or an outage: the `delivery` log lines say why each \
                      was refused.",
-                    slack(source),
                     settings.refusals_per_minute,
                     clock::utc_minute(minute)
                 ),
@@ -173,13 +166,20 @@ impl Alert<'_> {
     }
 }
 
-/// Text as Slack's `text` field reads it literally: `&`, `<` and `>`
-/// escaped, so that an event id or an error cannot mention `<!channel>` or
-/// hide a link.
-fn slack(text: &str) -> String {
-    text.replace('&', "&amp;")
+/// The body posted for a stored payload: its text as Slack's `text` field
+/// reads it literally — `&`, `<` and `>` escaped, so that an event id or an
+/// error cannot mention `<!channel>` or hide a link. (Stored unescaped: the
+/// dashboard escapes for HTML, the log line is JSON.)
+fn slack_body(payload: &str) -> Result<String, String> {
+    let message: Message =
+        serde_json::from_str(payload).map_err(|_| "unreadable alert payload".to_string())?;
+    let text = message
+        .text
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
-        .replace('>', "&gt;")
+        .replace('>', "&gt;");
+    // A struct of one string: serialization cannot fail.
+    Ok(serde_json::to_string(&Message { text }).expect("payload serializes"))
 }
 
 /// `error`, at most [`ERROR_MAX_CHARS`] characters of it.
@@ -203,7 +203,7 @@ pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, String
         );
         return Ok(Performed::Skipped("ALERT_URL is not set: logged only"));
     };
-    post_json(&url, payload, call, None).await?;
+    post_json(&url, &slack_body(payload)?, call, None).await?;
     Ok(Performed::Sent)
 }
 
@@ -298,12 +298,18 @@ mod tests {
             panic!("payload is text");
         };
         assert!(
-            payload.contains(
+            payload.contains("event <!channel> (a&b) gave up"),
+            "stored as it is: {payload}"
+        );
+        let posted = slack_body(payload).unwrap();
+        assert!(
+            posted.contains(
                 "event &lt;!channel&gt; (a&amp;b) gave up: &lt;https://evil.example|click&gt;."
             ),
-            "{payload}"
+            "{posted}"
         );
-        assert!(!payload.contains('<'));
+        assert!(!posted.contains('<') && !posted.contains('>'));
+        assert!(slack_body("not json").is_err());
     }
 
     #[test]

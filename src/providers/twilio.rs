@@ -131,6 +131,8 @@ impl Provider for Twilio {
         });
         let scheme = if body_sha256.is_some() {
             "X-Twilio-Signature: HMAC-SHA1 of the URL (its bodySHA256 binds the body)"
+        } else if params.is_empty() {
+            "X-Twilio-Signature: HMAC-SHA1 of the URL"
         } else {
             "X-Twilio-Signature: HMAC-SHA1 of the URL and the sorted form parameters"
         };
