@@ -6,8 +6,6 @@ use std::cell::Cell;
 
 use worker::{Result, SqlStorage, SqlStorageValue};
 
-use crate::event::VerifiedEvent;
-
 /// The one event this inbox holds. Its row is also the record of the first
 /// delivery (`received_at`); the outcome of that delivery is `state`.
 const EVENT_TABLE: &str = "CREATE TABLE event (
@@ -229,22 +227,16 @@ impl Tables {
         Ok(())
     }
 
-    /// See [`OLDER_TABLES`]; the event row is `event`, done.
-    pub fn make_older_tables(&self, event: &VerifiedEvent) -> Result<()> {
+    /// See [`OLDER_TABLES`]; `event_row` inserts the event, done, into
+    /// the older event table.
+    pub fn make_older_tables(&self, event_row: Vec<SqlStorageValue>) -> Result<()> {
         for statement in OLDER_TABLES {
             self.sql.exec(statement, None)?;
         }
         self.sql.exec(
             "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state)
              VALUES (1, ?, ?, ?, ?, ?, ?, 'done')",
-            vec![
-                event.source.as_str().into(),
-                event.provider.as_str().into(),
-                event.id.as_str().into(),
-                event.kind.as_str().into(),
-                event.body.as_str().into(),
-                event.received_at.into(),
-            ],
+            event_row,
         )?;
         self.forget();
         Ok(())

@@ -200,26 +200,26 @@ impl Store {
     ) -> Result<()> {
         self.tables.ensure_event_table()?;
         let [scheme, secret, signed_at] = verified_columns(verified);
+        // Moved, not concatenated: the body is not copied again.
+        let mut values = event_columns(event);
+        values.extend([
+            EventState::Received.as_str().into(),
+            fault.map_or(SqlStorageValue::Null, |f| f.name().into()),
+            event
+                .fence
+                .as_deref()
+                .map_or(SqlStorageValue::Null, Into::into),
+            scheme,
+            secret,
+            signed_at,
+        ]);
         let inserted = self.tables.first(
             "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault, fence,
                  sig_scheme, sig_secret, signed_at)
              VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT (singleton) DO NOTHING
              RETURNING singleton",
-            vec![
-                event.source.as_str().into(),
-                event.provider.as_str().into(),
-                event.id.as_str().into(),
-                event.kind.as_str().into(),
-                event.body.as_str().into(),
-                event.received_at.into(),
-                EventState::Received.as_str().into(),
-                fault.map_or(SqlStorageValue::Null, |f| f.name().into()),
-                event.fence.as_deref().map_or(SqlStorageValue::Null, Into::into),
-                scheme,
-                secret,
-                signed_at,
-            ],
+            values,
         )?;
         inserted
             .map(drop)
@@ -363,7 +363,7 @@ impl Store {
     /// The tables of an object an older release left, holding `event`
     /// (tests only: see [`Fault::OlderTables`]).
     pub fn make_older_tables(&self, event: &VerifiedEvent) -> Result<()> {
-        self.tables.make_older_tables(event)
+        self.tables.make_older_tables(event_columns(event))
     }
 
     /// The later deliveries, oldest first, and how many there ever were.
@@ -400,6 +400,19 @@ impl Store {
         }
         Ok((count, log))
     }
+}
+
+/// The `source, provider, event_id, type, body, received_at` columns of the
+/// event row, which every release's event table has.
+fn event_columns(event: &VerifiedEvent) -> Vec<SqlStorageValue> {
+    vec![
+        event.source.as_str().into(),
+        event.provider.as_str().into(),
+        event.id.as_str().into(),
+        event.kind.as_str().into(),
+        event.body.as_str().into(),
+        event.received_at.into(),
+    ]
 }
 
 /// The `sig_scheme, sig_secret, signed_at` columns of a delivery.
