@@ -663,7 +663,22 @@ describe("smaller truths", () => {
       assert.equal(forged.status, 401);
       await forged.arrayBuffer();
 
-      const logout = await s.mf.dispatchFetch("http://localhost/admin/logout", { method: "POST", headers: { cookie }, redirect: "manual" });
+      // Another site cannot sign the operator out.
+      for (const from of [{ "sec-fetch-site": "cross-site" }, { origin: "https://evil.example" }]) {
+        const crossSite = await s.mf.dispatchFetch("http://localhost/admin/logout", {
+          method: "POST",
+          headers: { cookie, ...from },
+          redirect: "manual",
+        });
+        assert.equal(crossSite.status, 403);
+        assert.equal(crossSite.headers.get("set-cookie"), null);
+        await crossSite.arrayBuffer();
+      }
+      const logout = await s.mf.dispatchFetch("http://localhost/admin/logout", {
+        method: "POST",
+        headers: { cookie, "sec-fetch-site": "same-origin" },
+        redirect: "manual",
+      });
       assert.equal(logout.status, 303);
       assert.match(logout.headers.get("set-cookie"), /^admin_session=; .*Max-Age=0/);
       await sleep(3_200);

@@ -63,7 +63,13 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
             set_cookie(&req, &session_value(&token, now_ms()), ttl_ms / 1000)
         }
         // Signing out clears the cookie; the browser forgets the session.
-        (Method::Post, "/admin/logout") => set_cookie(&req, "", 0),
+        // Only from the dashboard itself: another site must not be able to
+        // sign an operator out.
+        (Method::Post, "/admin/logout") if same_origin(&req) => set_cookie(&req, "", 0),
+        (Method::Post, "/admin/logout") => {
+            let refused = page(403, "Refused", "<p>A cross-site request was refused.</p>");
+            unread(&mut req, refused).await
+        }
         _ => match session(&req, &token, env)? {
             Some(session) => signed_in(req, env, path, &token, &session).await,
             None => unread(&mut req, page(401, "Sign in", &login_form(None))).await,
