@@ -672,7 +672,19 @@ describe("smaller truths", () => {
         });
         assert.equal(crossSite.status, 403);
         assert.equal(crossSite.headers.get("set-cookie"), null);
+        assert.match(crossSite.headers.get("content-security-policy") ?? "", /frame-ancestors 'none'/);
         await crossSite.arrayBuffer();
+      }
+      // From the dashboard, or from a client that says nothing (curl, an
+      // older browser), the sign-out clears the cookie.
+      for (const from of [{ origin: "http://localhost" }, {}]) {
+        const sameSite = await s.mf.dispatchFetch("http://localhost/admin/logout", {
+          method: "POST",
+          headers: { cookie, ...from },
+          redirect: "manual",
+        });
+        assert.equal(sameSite.status, 303);
+        await sameSite.arrayBuffer();
       }
       const logout = await s.mf.dispatchFetch("http://localhost/admin/logout", {
         method: "POST",

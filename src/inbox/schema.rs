@@ -33,7 +33,7 @@ const EVENT_TABLE: &str = "CREATE TABLE event (
 /// them, each with the statement that adds it: `reported` says whether
 /// `failed_events` lists the event (set when its failure is written,
 /// cleared when a later success is), `replay_of` names the event whose
-/// signed content this one repeated, `fence` is [`VerifiedEvent::fence`],
+/// signed content this one repeated, `fence` is [`crate::event::VerifiedEvent::fence`],
 /// and `sig_*` and `signed_at` say how the first delivery was verified
 /// (`providers::Verified`).
 const EVENT_UPGRADES: [(&str, &str); 6] = [

@@ -405,14 +405,17 @@ impl Store {
 /// The `source, provider, event_id, type, body, received_at` columns of the
 /// event row, which every release's event table has.
 fn event_columns(event: &VerifiedEvent) -> Vec<SqlStorageValue> {
-    vec![
+    // Room for the claim's six more.
+    let mut columns = Vec::with_capacity(12);
+    columns.extend([
         event.source.as_str().into(),
         event.provider.as_str().into(),
         event.id.as_str().into(),
         event.kind.as_str().into(),
         event.body.as_str().into(),
         event.received_at.into(),
-    ]
+    ]);
+    columns
 }
 
 /// The `sig_scheme, sig_secret, signed_at` columns of a delivery.
