@@ -1,16 +1,17 @@
 //! `notify_chat`: tell a chat channel about a new GitHub star, through a
 //! Slack-style incoming webhook: `POST {NOTIFY_URL}` with `{"text": …}`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{post_json, unconfigured, Action, Call, Performed, SideEffect};
 use crate::config;
 use crate::effects::stars::StarEvent;
 
-/// Stored as the row's payload and posted as is.
-#[derive(Serialize)]
-struct Message {
-    text: String,
+/// A Slack-style incoming webhook's body, stored as the row's payload
+/// (also the operators' alerts', see `notify_operator`).
+#[derive(Serialize, Deserialize)]
+pub(super) struct Message {
+    pub(super) text: String,
 }
 
 pub fn intent(star: &StarEvent) -> SideEffect {

@@ -15,8 +15,7 @@
 //! one message per bucket, not one per event. An alert that itself goes
 //! dead is logged, never alerted (no loop).
 
-use serde::{Deserialize, Serialize};
-
+use super::notify_chat::Message;
 use super::{idempotency_key, post_json, Action, Call, Performed};
 use crate::clock;
 use crate::config::{self, AlertSettings};
@@ -44,12 +43,6 @@ pub enum Alert<'a> {
     /// `source`'s refusals in `minute` (since the epoch) reached the
     /// threshold.
     Refusals { source: &'a str, minute: i64 },
-}
-
-/// Stored as the row's payload and posted as is.
-#[derive(Serialize, Deserialize)]
-struct Message {
-    text: String,
 }
 
 /// Writes the alert's row only where the event is neither applied nor
