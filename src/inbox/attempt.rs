@@ -2,7 +2,7 @@
 //! done, or the failure counted and the next retry armed, or — once the
 //! budget is spent — the event marked failed and listed for operators.
 
-use super::state::{self, AfterFailure, EventState, Outcome};
+use super::state::{self, AfterFailure, EventState, Held, Outcome};
 use super::store::EventRow;
 use super::{Answer, EventInbox};
 use crate::clock::now_ms;
@@ -18,7 +18,9 @@ use worker::Result;
 
 /// How one effect attempt ended.
 pub(super) enum Tried {
-    Applied(Applied),
+    /// Applied, and the event's progress as the attempt left it, when
+    /// known without reading it again.
+    Applied(Applied, Option<Held>),
     /// Failed; the alarm retries it.
     WillRetry,
     /// Failed, and the budget is spent: the event is `failed`.
@@ -28,9 +30,9 @@ pub(super) enum Tried {
 impl Tried {
     pub(super) fn answer(self, source: &str) -> Answer {
         match self {
-            Tried::Applied(Applied::Now) => Outcome::Processed.into(),
-            Tried::Applied(Applied::Earlier) => Outcome::Duplicate.into(),
-            Tried::Applied(Applied::Replayed { of }) => Answer {
+            Tried::Applied(Applied::Now, _) => Outcome::Processed.into(),
+            Tried::Applied(Applied::Earlier, _) => Outcome::Duplicate.into(),
+            Tried::Applied(Applied::Replayed { of }, _) => Answer {
                 outcome: Outcome::Duplicate,
                 replayed_body_of: Some(dedupe_key(source, &of)),
             },
@@ -67,12 +69,15 @@ impl EventInbox {
                     let line = Line::new("replayed_body").key(&key);
                     log::warn(&line.duplicate_of(dedupe_key(&event.source, of)));
                 }
-                if self.store.mark_done(now_ms(), replay_of)? == Some(true) {
+                let progress = self.store.mark_done(now_ms(), replay_of)?;
+                if progress.is_some_and(|held| held.reported) {
                     // Listed as failed before this attempt: no longer. If D1
                     // refuses, `reported` stays set and the alarm tries again.
                     self.resolve_report(&event).await;
+                    // Awaited: read again.
+                    return Ok(Tried::Applied(applied, None));
                 }
-                return Ok(Tried::Applied(applied));
+                return Ok(Tried::Applied(applied, progress));
             }
             Err(error) => error,
         };
@@ -96,7 +101,7 @@ impl EventInbox {
         // The report may have found the effect in the ledger after all (an
         // attempt whose reply was lost): then it is done.
         Ok(match self.store.state()? {
-            Some(EventState::Done) => Tried::Applied(Applied::Earlier),
+            Some(EventState::Done) => Tried::Applied(Applied::Earlier, None),
             _ => Tried::GaveUp,
         })
     }

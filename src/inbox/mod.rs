@@ -35,7 +35,7 @@ use worker::{durable_object, DurableObject, Env, Method, Request, Response, Resu
 
 use self::attempt::Tried;
 use self::client::{Answer, Handoff, InboxState, BAD_HANDOFF, NOT_STORED, UNPLANNABLE};
-use self::state::{AlarmTask, EventState, Outcome, Rest};
+use self::state::{AlarmTask, EventState, Held, Outcome, Rest};
 use self::store::{Claim, DeliveryKind, EventRow, LoggedDelivery, Store};
 use crate::clock::now_ms;
 use crate::config::{ConfigError, InboxSettings};
@@ -182,24 +182,26 @@ impl EventInbox {
         // once, for a new event only: a copy never parses the body for its
         // effect. One that cannot be planned would fail every retry: it is
         // refused before anything is stored, while the sender can see why.
-        if fault == Some(Fault::OlderTables) && !self.store.holds_event()? {
+        if fault == Some(Fault::OlderTables) && self.store.stored_state()?.is_none() {
             self.store.make_older_tables(&event)?;
         }
-        let held = self.store.holds_event()?;
-        let plan = if held {
-            None
-        } else {
-            match effects::plan(&event, now_ms()) {
+        let stored = self.store.stored_state()?;
+        let plan = match stored {
+            Some(_) => None,
+            None => match effects::plan(&event, now_ms()) {
                 Ok(plan) => Some(plan),
                 Err(e) => return Response::error(e.0, UNPLANNABLE),
-            }
+            },
         };
         // If the claim fails, nothing was stored, and the worker may say so.
         let claim = if fault == Some(Fault::FailClaim) {
             Err("injected fault: claim".into())
-        } else if held {
-            let copy = self.store.log_copy(&event, now_ms(), verified.as_ref());
-            copy.map(Claim::Held)
+        } else if let Some(stored) = stored {
+            let state = EventState::parse(&stored).ok_or("inbox row: unreadable state".into());
+            state.and_then(|state| {
+                let copy = self.store.log_copy(&event, now_ms(), verified.as_ref());
+                copy.map(|()| Claim::Held(state))
+            })
         } else {
             let first = self.store.claim_first(&event, fault, verified.as_ref());
             first.map(|()| Claim::First)
@@ -221,11 +223,11 @@ impl EventInbox {
                 }
                 let source = event.source.clone();
                 let tried = self.attempt_effect(event, fault, settings, plan).await?;
-                if matches!(tried, Tried::Applied(_)) {
+                if let Tried::Applied(_, progress) = &tried {
                     // Moved to the retention deadline with the effect's own
                     // writes, so the object is not woken again just to find
                     // the event done.
-                    self.rest_after_success(settings.retry_base_ms, settings)
+                    self.rest_after_success(*progress, settings.retry_base_ms, settings)
                         .await;
                 }
                 tried.answer(&source)
@@ -291,8 +293,8 @@ impl EventInbox {
         let tried = self
             .attempt_effect(row.event, fault, settings, None)
             .await?;
-        if matches!(tried, Tried::Applied(_)) {
-            self.rest_after_success(backoff, settings).await;
+        if let Tried::Applied(_, progress) = &tried {
+            self.rest_after_success(*progress, backoff, settings).await;
         }
         Ok(tried.answer(&source))
     }
@@ -301,11 +303,21 @@ impl EventInbox {
     /// retention deadline, counted from when the event finished (a replay of
     /// an event done long ago does not push it back) — or, while the event
     /// is still listed as failed (D1 refused the resolve), a retry of that
-    /// after `backoff_ms`. Should setting it fail, the alarm already armed
-    /// (a retry's) stays and finds the event done: the effect's answer is
-    /// not turned into an error.
-    async fn rest_after_success(&self, backoff_ms: i64, settings: &InboxSettings) {
-        let next = match self.store.progress() {
+    /// after `backoff_ms`. `progress`: the event's, as the attempt left it,
+    /// if known without reading it again. Should setting the alarm fail,
+    /// the alarm already armed (a retry's) stays and finds the event done:
+    /// the effect's answer is not turned into an error.
+    async fn rest_after_success(
+        &self,
+        progress: Option<Held>,
+        backoff_ms: i64,
+        settings: &InboxSettings,
+    ) {
+        let progress = match progress {
+            Some(held) => Ok(Some(held)),
+            None => self.store.progress(),
+        };
+        let next = match progress {
             Ok(Some(held)) if held.reported => Ok(backoff_ms),
             Ok(Some(held)) => Ok(held.expires_at(settings.retention_ms) - now_ms()),
             Ok(None) => return,

@@ -148,115 +148,119 @@ fn has_column(schema: &str, column: &str) -> bool {
         .any(|word| word == column)
 }
 
-/// The inbox's SQLite, and whether this instance has made its tables.
+/// The inbox's tables.
+#[derive(Clone, Copy)]
+pub enum Table {
+    /// The event, and its first delivery.
+    Event,
+    /// The later deliveries.
+    Deliveries,
+}
+
+impl Table {
+    fn create(self) -> &'static str {
+        match self {
+            Table::Event => EVENT_TABLE,
+            Table::Deliveries => DELIVERIES_TABLE,
+        }
+    }
+}
+
+/// Which of the inbox's tables exist.
+#[derive(Clone, Copy)]
+struct Present {
+    event: bool,
+    deliveries: bool,
+}
+
+impl Present {
+    fn has(self, table: Table) -> bool {
+        match table {
+            Table::Event => self.event,
+            Table::Deliveries => self.deliveries,
+        }
+    }
+
+    fn with(self, table: Table) -> Self {
+        match table {
+            Table::Event => Present {
+                event: true,
+                ..self
+            },
+            Table::Deliveries => Present {
+                deliveries: true,
+                ..self
+            },
+        }
+    }
+}
+
+/// The inbox's SQLite, and which of its tables exist.
 pub struct Tables {
     pub sql: SqlStorage,
-    /// Only caches: after the retention deadline deletes the tables, they
-    /// are created anew.
-    event_ready: Cell<bool>,
-    deliveries_ready: Cell<bool>,
+    /// Read from `sqlite_master` once per instance, older tables upgraded
+    /// on the way, then kept: only this instance makes or drops its tables,
+    /// and each time it does, it says so here. `None`: not read yet, or
+    /// unknown again (the storage was deleted, or a statement that made a
+    /// table failed after it).
+    present: Cell<Option<Present>>,
 }
 
 impl Tables {
     pub fn new(sql: SqlStorage) -> Self {
         Tables {
             sql,
-            event_ready: Cell::new(false),
-            deliveries_ready: Cell::new(false),
+            present: Cell::new(None),
         }
     }
 
-    /// Whether the event table exists (upgraded if it was made by an older
-    /// release), asked without creating it.
-    pub fn has_event_table(&self) -> Result<bool> {
-        if self.event_ready.get() {
-            return Ok(true);
-        }
-        let Some(existing) = self.event_schema()? else {
-            return Ok(false);
-        };
-        self.prepare_event_table(Some(existing))?;
-        Ok(true)
+    /// Whether `table` exists, asked without creating it (an object that
+    /// never held an event has none, and reading it leaves it so; the
+    /// deliveries table is made with the first duplicate).
+    pub fn has(&self, table: Table) -> Result<bool> {
+        Ok(self.present()?.has(table))
     }
 
-    /// After the object's storage was deleted: the tables are gone.
+    /// After the object's storage was deleted: read again on next use.
     pub fn forget(&self) {
-        self.event_ready.set(false);
-        self.deliveries_ready.set(false);
+        self.present.set(None);
     }
 
-    /// Whether this object has an event table at all (its schema); asked
-    /// without creating one, so that reading an empty object leaves it empty.
-    fn event_schema(&self) -> Result<Option<String>> {
-        self.one_text(
-            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'event'",
-            Vec::new(),
-        )
-    }
-
-    /// Creates the event table, or upgrades one made before its newer
-    /// columns. Once per instance.
-    pub fn ensure_event_table(&self) -> Result<()> {
-        if self.event_ready.get() {
-            return Ok(());
+    /// The first row `statement` (an insert into `table`) returns; the
+    /// table is created first if it does not exist, in the same call into
+    /// the runtime: one crossing instead of two on every new event. Should
+    /// `statement` fail, the table may exist all the same: which tables do
+    /// is read again.
+    pub fn first_into(
+        &self,
+        table: Table,
+        statement: &str,
+        params: Vec<SqlStorageValue>,
+    ) -> Result<Option<Vec<SqlStorageValue>>> {
+        let present = self.present()?;
+        if present.has(table) {
+            return self.first(statement, params);
         }
-        let existing = self.event_schema()?;
-        self.prepare_event_table(existing)
+        let row = self.first(&format!("{};\n{statement}", table.create()), params);
+        self.present.set(row.is_ok().then_some(present.with(table)));
+        row
     }
 
-    /// Creates the event table (`existing` is `None`) or upgrades the one
-    /// whose schema is `existing`, and remembers it is ready.
-    fn prepare_event_table(&self, existing: Option<String>) -> Result<()> {
-        match existing {
-            None => {
-                self.sql.exec(EVENT_TABLE, None)?;
-            }
-            Some(sql) => self.upgrade(&sql, &EVENT_UPGRADES)?,
-        }
-        self.event_ready.set(true);
-        Ok(())
-    }
-
-    /// Adds the columns a table's schema (`sql`) lacks.
-    fn upgrade(&self, sql: &str, upgrades: &[(&str, &str)]) -> Result<()> {
-        for (column, statement) in upgrades {
-            if !has_column(sql, column) {
-                self.sql.exec(statement, None)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// See [`OLDER_TABLES`]; `event_row` inserts the event, done, into
-    /// the older event table.
-    pub fn make_older_tables(&self, event_row: Vec<SqlStorageValue>) -> Result<()> {
-        for statement in OLDER_TABLES {
-            self.sql.exec(statement, None)?;
-        }
-        self.sql.exec(
-            "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state)
-             VALUES (1, ?, ?, ?, ?, ?, ?, 'done')",
-            event_row,
-        )?;
-        self.forget();
-        Ok(())
-    }
-
-    /// Whether the deliveries table exists (created with the first
-    /// duplicate), asked without creating it. It is given the columns added
-    /// since it was made; and an older release's log — a `copies` table, or
-    /// a `deliveries` without [`LOG_COLUMNS`] — is copied into a new one and
-    /// dropped, in the same synchronous step (so at once, or not at all).
-    pub fn has_deliveries_table(&self) -> Result<bool> {
-        if self.deliveries_ready.get() {
-            return Ok(true);
+    /// Which tables exist, read once per instance. An event table made
+    /// before its newer columns is given them; an older release's log — a
+    /// `copies` table, or a `deliveries` without [`LOG_COLUMNS`] — is
+    /// copied into a new one and dropped. All in the same synchronous step
+    /// as the read, so at once or not at all.
+    fn present(&self) -> Result<Present> {
+        if let Some(present) = self.present.get() {
+            return Ok(present);
         }
         let mut tables = Vec::new();
         for row in self
             .sql
             .exec(
                 "SELECT name, sql FROM sqlite_master
-                 WHERE type = 'table' AND name IN ('deliveries', 'copies')",
+                 WHERE type = 'table' AND name IN ('event', 'deliveries', 'copies')",
                 None,
             )?
             .raw()
@@ -265,6 +269,21 @@ impl Tables {
                 tables.push((name.clone(), sql.clone()));
             }
         }
+        let (event, logs): (Vec<_>, Vec<_>) = tables.into_iter().partition(|(n, _)| n == "event");
+        if let Some((_, sql)) = event.first() {
+            self.upgrade(sql, &EVENT_UPGRADES)?;
+        }
+        let present = Present {
+            event: !event.is_empty(),
+            deliveries: self.upgrade_logs(logs)?,
+        };
+        self.present.set(Some(present));
+        Ok(present)
+    }
+
+    /// Upgrades the delivery logs found (`(name, schema)`) to this
+    /// release's `deliveries`; whether there is one.
+    fn upgrade_logs(&self, tables: Vec<(String, String)>) -> Result<bool> {
         let current = |(name, sql): &&(String, String)| {
             name == "deliveries" && LOG_COLUMNS.iter().all(|c| has_column(sql, c))
         };
@@ -291,15 +310,31 @@ impl Tables {
                 .exec(&copy_log(table, schema, keep_seq && n == 0), None)?;
             self.sql.exec(&format!("DROP TABLE {table}"), None)?;
         }
-        self.deliveries_ready.set(found);
         Ok(found)
     }
 
-    pub fn ensure_deliveries_table(&self) -> Result<()> {
-        if !self.has_deliveries_table()? {
-            self.sql.exec(DELIVERIES_TABLE, None)?;
-            self.deliveries_ready.set(true);
+    /// Adds the columns a table's schema (`sql`) lacks.
+    fn upgrade(&self, sql: &str, upgrades: &[(&str, &str)]) -> Result<()> {
+        for (column, statement) in upgrades {
+            if !has_column(sql, column) {
+                self.sql.exec(statement, None)?;
+            }
         }
+        Ok(())
+    }
+
+    /// See [`OLDER_TABLES`]; `event_row` inserts the event, done, into
+    /// the older event table.
+    pub fn make_older_tables(&self, event_row: Vec<SqlStorageValue>) -> Result<()> {
+        for statement in OLDER_TABLES {
+            self.sql.exec(statement, None)?;
+        }
+        self.sql.exec(
+            "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state)
+             VALUES (1, ?, ?, ?, ?, ?, ?, 'done')",
+            event_row,
+        )?;
+        self.forget();
         Ok(())
     }
 

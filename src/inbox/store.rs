@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use worker::{Result, SqlStorage, SqlStorageValue};
 
-use super::schema::Tables;
+use super::schema::{Table, Tables};
 use super::state::{EventState, Held};
 use crate::event::{self, VerifiedEvent};
 use crate::fault::Fault;
@@ -135,7 +135,7 @@ impl Store {
     /// The held event, if any, without creating tables in an object that
     /// never held one (or has forgotten it).
     pub fn held(&self) -> Result<Option<EventRow>> {
-        if !self.tables.has_event_table()? {
+        if !self.tables.has(Table::Event)? {
             return Ok(None);
         }
         self.load()
@@ -147,15 +147,15 @@ impl Store {
         row.map(|row| EventRow::decode(&row)).transpose()
     }
 
-    /// Whether this object holds an event row, whatever its state says;
-    /// asked without creating a table, so that an event refused before its
-    /// claim leaves the object empty.
-    pub fn holds_event(&self) -> Result<bool> {
-        Ok(self.tables.has_event_table()?
-            && self
-                .tables
-                .first("SELECT 1 FROM event", Vec::new())?
-                .is_some())
+    /// The held event's state as stored (its text, which an older or newer
+    /// release may have written), or `None` when this object holds no
+    /// event; asked without creating a table, so that an event refused
+    /// before its claim leaves the object empty.
+    pub fn stored_state(&self) -> Result<Option<String>> {
+        if !self.tables.has(Table::Event)? {
+            return Ok(None);
+        }
+        self.tables.one_text("SELECT state FROM event", Vec::new())
     }
 
     /// The event's state as stored now (after an `.await`, memory may be stale).
@@ -174,31 +174,17 @@ impl Store {
             "SELECT state, reported, received_at, done_at FROM event",
             Vec::new(),
         )?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let int = |i: usize| row.get(i).and_then(integer);
-        let state = match row.first() {
-            Some(SqlStorageValue::String(state)) => EventState::parse(state),
-            _ => None,
-        };
-        Ok(Some(Held {
-            state: state.ok_or("inbox row: unknown state")?,
-            reported: int(1) == Some(1),
-            received_at: int(2).unwrap_or_default(),
-            done_at: int(3),
-        }))
+        row.as_deref().map(held).transpose()
     }
 
     /// Inserts the event row: the first delivery. Called only when
-    /// [`Store::holds_event`], asked in the same synchronous step, said no.
+    /// [`Store::stored_state`], asked in the same synchronous step, said none.
     pub fn claim_first(
         &self,
         event: &VerifiedEvent,
         fault: Option<Fault>,
         verified: Option<&Verified>,
     ) -> Result<()> {
-        self.tables.ensure_event_table()?;
         let [scheme, secret, signed_at] = verified_columns(verified);
         // Moved, not concatenated: the body is not copied again.
         let mut values = event_columns(event);
@@ -213,7 +199,8 @@ impl Store {
             secret,
             signed_at,
         ]);
-        let inserted = self.tables.first(
+        let inserted = self.tables.first_into(
+            Table::Event,
             "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault, fence,
                  sig_scheme, sig_secret, signed_at)
              VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -226,19 +213,18 @@ impl Store {
             .ok_or_else(|| "inbox row: already held".into())
     }
 
-    /// Counts and logs a later delivery, as arrived at `now`, and returns the
-    /// held event's state. Called only when [`Store::holds_event`] said yes:
-    /// the copy's body is hashed for the log, never written.
+    /// Counts and logs a later delivery, as arrived at `now`. Called only
+    /// when [`Store::stored_state`] found an event: the copy's body is
+    /// hashed for the log, never written.
     pub fn log_copy(
         &self,
         event: &VerifiedEvent,
         now: i64,
         verified: Option<&Verified>,
-    ) -> Result<EventState> {
-        let state = self.state()?.ok_or("inbox row: unreadable state")?;
-        self.tables.ensure_deliveries_table()?;
+    ) -> Result<()> {
         let [scheme, secret, signed_at] = verified_columns(verified);
-        let logged = self.tables.first(
+        let logged = self.tables.first_into(
+            Table::Deliveries,
             "INSERT INTO deliveries (at, bytes, sha256, sig_scheme, sig_secret, signed_at)
              VALUES (?, ?, ?, ?, ?, ?) RETURNING seq",
             vec![
@@ -258,7 +244,7 @@ impl Store {
                 )?;
             }
         }
-        Ok(state)
+        Ok(())
     }
 
     /// Moves the event from `from` to `to`; a no-op in any other state.
@@ -270,14 +256,14 @@ impl Store {
         Ok(())
     }
 
-    /// A `received` event's effect committed: `done`. Returns whether it was
-    /// listed as failed; `None` if it was not `received`.
-    pub fn mark_done(&self, now: i64, replay_of: Option<String>) -> Result<Option<bool>> {
+    /// A `received` event's effect committed: `done`. Returns its progress
+    /// as this left it; `None` if it was not `received`.
+    pub fn mark_done(&self, now: i64, replay_of: Option<String>) -> Result<Option<Held>> {
         let row = self.tables.first(
             "UPDATE event SET state = ?, done_at = ?, effect_attempts = effect_attempts + 1,
                  last_error = NULL, replay_of = ?
              WHERE state = ?
-             RETURNING reported",
+             RETURNING state, reported, received_at, done_at",
             vec![
                 EventState::Done.as_str().into(),
                 now.into(),
@@ -285,9 +271,7 @@ impl Store {
                 EventState::Received.as_str().into(),
             ],
         )?;
-        Ok(row
-            .as_deref()
-            .map(|r| r.first().and_then(integer) == Some(1)))
+        row.as_deref().map(held).transpose()
     }
 
     /// Counts a failed attempt at a `received` event; returns the failures
@@ -368,7 +352,7 @@ impl Store {
 
     /// The later deliveries, oldest first, and how many there ever were.
     pub fn later_deliveries(&self) -> Result<(i64, Vec<LoggedDelivery>)> {
-        if !self.tables.has_deliveries_table()? {
+        if !self.tables.has(Table::Deliveries)? {
             return Ok((0, Vec::new()));
         }
         let mut count = 0;
@@ -400,6 +384,21 @@ impl Store {
         }
         Ok((count, log))
     }
+}
+
+/// A row of `state, reported, received_at, done_at`.
+fn held(row: &[SqlStorageValue]) -> Result<Held> {
+    let int = |i: usize| row.get(i).and_then(integer);
+    let state = match row.first() {
+        Some(SqlStorageValue::String(state)) => EventState::parse(state),
+        _ => None,
+    };
+    Ok(Held {
+        state: state.ok_or("inbox row: unknown state")?,
+        reported: int(1) == Some(1),
+        received_at: int(2).unwrap_or_default(),
+        done_at: int(3),
+    })
 }
 
 /// The `source, provider, event_id, type, body, received_at` columns of the
