@@ -17,9 +17,11 @@ use super::{parse, PlanError, Statement};
 pub struct StarEvent {
     pub repository: Repository,
     pub sender: Option<Sender>,
-    /// Present in every star event, and only there: required, so that a
-    /// body of another type is refused (`Value` has no default when absent).
-    starred_at: serde_json::Value,
+    /// Present in every star event, and only there: a time when starred,
+    /// `null` when not. Required (no default when absent, unlike a plain
+    /// `Option`), so that a body of another type is refused.
+    #[serde(deserialize_with = "Option::deserialize")]
+    starred_at: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -37,12 +39,7 @@ impl StarEvent {
     /// refuses one that lacks a star's shape.
     pub fn from_event(body: &str, starred: bool) -> Result<Self, PlanError> {
         let star: StarEvent = parse(body)?;
-        let shaped = if starred {
-            star.starred_at.is_string()
-        } else {
-            star.starred_at.is_null()
-        };
-        if !shaped {
+        if star.starred_at.is_some() != starred {
             return Err(PlanError(
                 "not a star event: starred_at must be a time when starred, null when not".into(),
             ));

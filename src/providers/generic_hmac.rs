@@ -173,14 +173,7 @@ impl Provider for GenericHmac {
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {
         let reads_json = matches!(self.key, Location::Json(_))
             || matches!(self.event_type, Some(Location::Json(_)));
-        let body = if reads_json {
-            Some(
-                serde_json::from_slice(&req.body)
-                    .map_err(|e| Rejection::MalformedBody(e.to_string()))?,
-            )
-        } else {
-            None
-        };
+        let body = if reads_json { Some(req.json()?) } else { None };
         let id = self.key.read(req, &body).ok_or(Rejection::MissingEventId)?;
         let kind = self
             .event_type

@@ -42,8 +42,7 @@ impl Provider for GitHub {
         let id = required_header(req, "x-github-delivery").ok_or(Rejection::MissingEventId)?;
         let event = required_header(req, "x-github-event")
             .ok_or_else(|| Rejection::MalformedBody("no X-GitHub-Event header".into()))?;
-        let envelope: Envelope = serde_json::from_slice(&req.body)
-            .map_err(|e| Rejection::MalformedBody(e.to_string()))?;
+        let envelope: Envelope = req.json()?;
         let kind = match envelope.action {
             Some(action) => format!("{event}.{action}"),
             None => event.to_string(),

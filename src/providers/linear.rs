@@ -22,7 +22,7 @@ struct Payload {
 }
 
 fn payload(req: &RawRequest) -> Result<Payload, Rejection> {
-    serde_json::from_slice(&req.body).map_err(|e| Rejection::MalformedBody(e.to_string()))
+    req.json()
 }
 
 impl Provider for Linear {

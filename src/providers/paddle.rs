@@ -49,7 +49,7 @@ impl Provider for Paddle {
     }
 
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {
-        json_identity(&req.body, "event_id", "event_type").map(Identity::Event)
+        json_identity(req, "event_id", "event_type").map(Identity::Event)
     }
 }
 

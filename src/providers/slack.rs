@@ -55,8 +55,7 @@ impl Provider for Slack {
             #[serde(rename = "type")]
             kind: Option<String>,
         }
-        let envelope: Envelope = serde_json::from_slice(&req.body)
-            .map_err(|e| Rejection::MalformedBody(e.to_string()))?;
+        let envelope: Envelope = req.json()?;
         if envelope.kind.as_deref() == Some("url_verification") {
             let challenge = envelope.challenge.ok_or_else(|| {
                 Rejection::MalformedBody("url_verification without challenge".into())

@@ -163,8 +163,7 @@ impl Provider for StandardWebhooks {
             kind: Option<String>,
         }
         let id = required_header(req, self.id_header).ok_or(Rejection::MissingEventId)?;
-        let payload: Payload = serde_json::from_slice(&req.body)
-            .map_err(|e| Rejection::MalformedBody(e.to_string()))?;
+        let payload: Payload = req.json()?;
         Ok(Identity::Event(EventIdentity {
             id: id.to_string(),
             kind: payload.kind.unwrap_or_else(|| "event".into()),

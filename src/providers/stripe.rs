@@ -75,8 +75,7 @@ impl Provider for Stripe {
             #[serde(rename = "type")]
             kind: Option<String>,
         }
-        let envelope: Envelope = serde_json::from_slice(&req.body)
-            .map_err(|e| Rejection::MalformedBody(e.to_string()))?;
+        let envelope: Envelope = req.json()?;
         let id = envelope
             .id
             .filter(|id| !id.is_empty())
