@@ -5,7 +5,8 @@
 //
 //   node bench/dev.mjs            (uses build/ as it is; make build first)
 //
-// DEV_EVENTS sets the events per scenario (default 1000).
+// DEV_EVENTS sets the events per scenario (default 1000); DEV_LOG_LEVEL the
+// worker's LOG_LEVEL (info, the default, or warn).
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
@@ -40,6 +41,7 @@ writeEnvFile(envFile, {
   STRIPE_WEBHOOK_SECRET: "whsec_test_current",
   GITHUB_WEBHOOK_SECRET: "gh_test_secret",
   SIDE_EFFECTS: "log",
+  ...(process.env.DEV_LOG_LEVEL ? { LOG_LEVEL: process.env.DEV_LOG_LEVEL } : {}),
 });
 const port = await freePort();
 const dev = await startDev({ port, persistTo: join(tmp, "state"), envFile });
