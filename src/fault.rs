@@ -41,6 +41,9 @@ pub enum Fault {
     /// left, holding this event, done (see `inbox::schema`): this delivery
     /// is a copy, which must find and upgrade them.
     OlderTables,
+    /// The same, with the tables an upgrade interrupted half-way left: a
+    /// new delivery log, and the older one renamed but not yet copied.
+    InterruptedUpgrade,
 }
 
 impl Fault {
@@ -61,6 +64,7 @@ impl Fault {
             "fail-claim" => Fault::FailClaim,
             "lose-reply" => Fault::LoseReply,
             "older-tables" => Fault::OlderTables,
+            "interrupted-upgrade" => Fault::InterruptedUpgrade,
             _ => return None,
         })
     }
@@ -77,6 +81,7 @@ impl Fault {
             Fault::FailClaim => "fail-claim".into(),
             Fault::LoseReply => "lose-reply".into(),
             Fault::OlderTables => "older-tables".into(),
+            Fault::InterruptedUpgrade => "interrupted-upgrade".into(),
         }
     }
 
@@ -128,6 +133,7 @@ mod tests {
             Fault::FailClaim,
             Fault::LoseReply,
             Fault::OlderTables,
+            Fault::InterruptedUpgrade,
         ] {
             let json = serde_json::to_string(&fault).unwrap();
             assert_eq!(json, format!("\"{}\"", fault.name()));

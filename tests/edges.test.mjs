@@ -640,6 +640,23 @@ describe("smaller truths", () => {
     }
   });
 
+  test("an upgrade interrupted half-way is taken up again: the renamed older log is copied into the new one", async () => {
+    const body = checkoutCompleted();
+    const id = JSON.parse(body).id;
+    // The older event table holding this event, done; a new delivery log
+    // without the columns added since; and the older log, renamed to
+    // deliveries_before but never copied.
+    const copy = await sendStripe(w, body, { "x-test-fault": "interrupted-upgrade" });
+    assert.deepEqual(copy, { status: 200, body: { outcome: "duplicate", key: `stripe:${id}` } });
+    assert.equal((await sendStripe(w, body)).body.outcome, "duplicate");
+    const state = await w.inboxState(`stripe:${id}`);
+    // The first, the copy the older log held, and these two.
+    assert.equal(state.deliveries, 4);
+    assert.deepEqual(state.delivery_log.map((d) => d.kind), ["first", "duplicate", "duplicate", "duplicate"]);
+    assert.equal(state.delivery_log[1].sha256, "left by an interrupted upgrade");
+    for (const logged of state.delivery_log.slice(2)) assert.equal(logged.verified.secret, 0);
+  });
+
   test("the dashboard session expires, a logout clears it, every admin response forbids framing", async () => {
     const s = await startWorker({ ADMIN_TOKEN: TOKEN, ADMIN_SESSION_TTL: "3s" });
     try {

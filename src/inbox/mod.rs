@@ -161,8 +161,12 @@ impl EventInbox {
                 // Storage first: should deleting it fail, the alarm stays.
                 let storage = self.state.storage();
                 storage.delete_all().await?;
-                storage.delete_alarm().await?;
+                // Whether or not the alarm goes: the tables are gone. Not
+                // before: a copy arriving meanwhile must not claim a new
+                // event whose alarm this would then delete.
+                let alarm = storage.delete_alarm().await;
                 self.store.forget();
+                alarm?;
                 Response::ok("expired")
             }
         }
@@ -182,8 +186,10 @@ impl EventInbox {
         // once, for a new event only: a copy never parses the body for its
         // effect. One that cannot be planned would fail every retry: it is
         // refused before anything is stored, while the sender can see why.
-        if fault == Some(Fault::OlderTables) && self.store.stored_state()?.is_none() {
-            self.store.make_older_tables(&event)?;
+        let older = matches!(fault, Some(Fault::OlderTables | Fault::InterruptedUpgrade));
+        if older && self.store.stored_state()?.is_none() {
+            let interrupted = fault == Some(Fault::InterruptedUpgrade);
+            self.store.make_older_tables(&event, interrupted)?;
         }
         let stored = self.store.stored_state()?;
         let plan = match stored {

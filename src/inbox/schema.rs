@@ -87,13 +87,10 @@ const DELIVERIES_TABLE: &str = "CREATE TABLE IF NOT EXISTS deliveries (
         signed_at INTEGER
     )";
 
-/// Tables an older release left, for the end-to-end test of the upgrade
-/// (made only under `Fault::OlderTables`): the first release's event table,
-/// without any column added since, holding the event; and a delivery log
-/// as the release before this one left it — the first release's `copies`
-/// renamed to `deliveries`, without `seq` — holding one logged copy.
-const OLDER_TABLES: [&str; 3] = [
-    "CREATE TABLE event (
+/// The first release's event table, without any column added since, for
+/// the end-to-end tests of the upgrade (made only under a test fault,
+/// `Fault::OlderTables` or `Fault::InterruptedUpgrade`), holding the event.
+const OLDER_EVENT_TABLE: &str = "CREATE TABLE event (
         singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
         source TEXT NOT NULL,
         provider TEXT NOT NULL,
@@ -106,9 +103,24 @@ const OLDER_TABLES: [&str; 3] = [
         last_error TEXT,
         done_at INTEGER,
         fault TEXT
-    )",
+    )";
+
+/// A delivery log as the release before this one left it (`Fault::OlderTables`):
+/// the first release's `copies` renamed to `deliveries`, without `seq`,
+/// holding one logged copy.
+const OLDER_LOG: [&str; 2] = [
     "CREATE TABLE deliveries (at INTEGER NOT NULL, bytes INTEGER NOT NULL, sha256 TEXT NOT NULL)",
     "INSERT INTO deliveries (at, bytes, sha256) VALUES (1, 2, 'logged by an older release')",
+];
+
+/// What an upgrade of that log leaves when it stops after making the new
+/// log (`Fault::InterruptedUpgrade`): this release's `deliveries`, before
+/// the columns added since, empty; and the older log, renamed, not yet
+/// copied.
+const INTERRUPTED_LOG: [&str; 3] = [
+    "CREATE TABLE deliveries (seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, bytes INTEGER NOT NULL, sha256 TEXT NOT NULL)",
+    "CREATE TABLE deliveries_before (at INTEGER NOT NULL, bytes INTEGER NOT NULL, sha256 TEXT NOT NULL)",
+    "INSERT INTO deliveries_before (at, bytes, sha256) VALUES (1, 2, 'left by an interrupted upgrade')",
 ];
 
 /// The columns a delivery log must have to be this release's (then only
@@ -249,8 +261,10 @@ impl Tables {
     /// Which tables exist, read once per instance. An event table made
     /// before its newer columns is given them; an older release's log — a
     /// `copies` table, or a `deliveries` without [`LOG_COLUMNS`] — is
-    /// copied into a new one and dropped. All in the same synchronous step
-    /// as the read, so at once or not at all.
+    /// copied into a new one and dropped, in the same synchronous step as
+    /// the read. A statement that fails does not undo those before it, so
+    /// each step can be taken up again: an older `deliveries` is first
+    /// renamed `deliveries_before`, which a later read finds and copies.
     fn present(&self) -> Result<Present> {
         if let Some(present) = self.present.get() {
             return Ok(present);
@@ -260,7 +274,8 @@ impl Tables {
             .sql
             .exec(
                 "SELECT name, sql FROM sqlite_master
-                 WHERE type = 'table' AND name IN ('event', 'deliveries', 'copies')",
+                 WHERE type = 'table'
+                   AND name IN ('event', 'deliveries', 'copies', 'deliveries_before')",
                 None,
             )?
             .raw()
@@ -306,9 +321,9 @@ impl Tables {
                 self.sql.exec(DELIVERIES_TABLE, None)?;
                 found = true;
             }
+            let copy = copy_log(table, schema, keep_seq && n == 0);
             self.sql
-                .exec(&copy_log(table, schema, keep_seq && n == 0), None)?;
-            self.sql.exec(&format!("DROP TABLE {table}"), None)?;
+                .exec(&format!("{copy};\nDROP TABLE {table}"), None)?;
         }
         Ok(found)
     }
@@ -323,10 +338,21 @@ impl Tables {
         Ok(())
     }
 
-    /// See [`OLDER_TABLES`]; `event_row` inserts the event, done, into
-    /// the older event table.
-    pub fn make_older_tables(&self, event_row: Vec<SqlStorageValue>) -> Result<()> {
-        for statement in OLDER_TABLES {
+    /// The tables an older release left (see [`OLDER_EVENT_TABLE`]), with
+    /// the delivery log of [`OLDER_LOG`], or of [`INTERRUPTED_LOG`] when
+    /// `interrupted`; `event_row` inserts the event, done.
+    pub fn make_older_tables(
+        &self,
+        event_row: Vec<SqlStorageValue>,
+        interrupted: bool,
+    ) -> Result<()> {
+        self.forget();
+        let log: &[&str] = if interrupted {
+            &INTERRUPTED_LOG
+        } else {
+            &OLDER_LOG
+        };
+        for statement in std::iter::once(&OLDER_EVENT_TABLE).chain(log) {
             self.sql.exec(statement, None)?;
         }
         self.sql.exec(
@@ -345,7 +371,16 @@ impl Tables {
         params: Vec<SqlStorageValue>,
     ) -> Result<Option<Vec<SqlStorageValue>>> {
         let params = (!params.is_empty()).then_some(params);
-        self.sql.exec(query, params)?.raw().next().transpose()
+        let row = self
+            .sql
+            .exec(query, params)
+            .and_then(|cursor| cursor.raw().next().transpose());
+        if row.is_err() {
+            // Perhaps a table that was thought to exist does not: which
+            // tables do is read again next time, so that an error heals.
+            self.forget();
+        }
+        row
     }
 
     /// The one text value a query returns, if it returns one.

@@ -345,9 +345,11 @@ impl Store {
     }
 
     /// The tables of an object an older release left, holding `event`
-    /// (tests only: see [`Fault::OlderTables`]).
-    pub fn make_older_tables(&self, event: &VerifiedEvent) -> Result<()> {
-        self.tables.make_older_tables(event_columns(event))
+    /// (tests only: see [`Fault::OlderTables`] and
+    /// [`Fault::InterruptedUpgrade`]).
+    pub fn make_older_tables(&self, event: &VerifiedEvent, interrupted: bool) -> Result<()> {
+        self.tables
+            .make_older_tables(event_columns(event), interrupted)
     }
 
     /// The later deliveries, oldest first, and how many there ever were.
