@@ -87,7 +87,7 @@ impl InboxSettings {
     }
 
     /// Delay before the retry that follows `failures` failed attempts,
-    /// jittered (see [`jitter`]).
+    /// jittered (see `jitter`).
     pub fn backoff_ms(&self, failures: i64) -> i64 {
         jitter(
             doubling(self.retry_base_ms, failures, 60 * 60 * 1000),
@@ -173,7 +173,7 @@ impl OutboxSettings {
     }
 
     /// Delay before the retry that follows `failures` failed attempts,
-    /// jittered (see [`jitter`]).
+    /// jittered (see `jitter`).
     pub fn backoff_secs(&self, failures: i64) -> u32 {
         let secs = doubling(i64::from(self.retry_base_secs), failures, 60 * 60);
         u32::try_from(jitter(secs, random_unit()).max(1)).unwrap_or(u32::MAX)

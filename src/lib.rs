@@ -10,7 +10,7 @@
 //!   HMAC); [`signature`] holds the HMAC, constant-time and time-window pieces
 //!   they share. **Add a provider** there: one file, its
 //!   `mod` line and a line in `build`, and a cargo feature.
-//! - [`event`]: the verified, provider-independent event handed onward.
+//! - [`event`](mod@event): the verified, provider-independent event handed onward.
 //! - [`inbox`]: the `EventInbox` Durable Object, one per `"{source}:{id}"`.
 //!   It serializes duplicates, claims the event with synchronous SQL, stores
 //!   it before replying, and retries an unfinished effect from its alarm;

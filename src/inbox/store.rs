@@ -120,7 +120,7 @@ pub enum Claim {
     Held(EventState),
 }
 
-/// The statements the inbox runs, on its [`Tables`].
+/// The statements the inbox runs, on its tables (`schema::Tables`).
 pub struct Store {
     tables: Tables,
 }

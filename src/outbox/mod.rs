@@ -18,7 +18,7 @@
 //!
 //! To add a side effect: a file like `notify_chat.rs` with `intent` (the
 //! parsed event → [`SideEffect`]) and `perform` (payload → HTTP call), a
-//! variant of [`Action`] with its arm in [`Action::perform`], and the
+//! variant of [`Action`] with its arm in `Action::perform`, and the
 //! `intent` call in `effects::plan`.
 
 pub mod consumer;

@@ -16,7 +16,7 @@ const ROWS_PER_RUN: i64 = 1_000;
 
 /// Re-sends rows that are due but whose message was lost — `pending` past
 /// their due time, or `sending` past their lease — once they are older than
-/// the grace period; up to [`ROWS_PER_RUN`] a run, oldest first. It moves
+/// the grace period; up to `ROWS_PER_RUN` a run, oldest first. It moves
 /// each re-sent row's due time to now, so a backlog that is only slow (a
 /// deployed queue behind a struggling consumer) is re-sent once per grace
 /// period, not on every run.
