@@ -41,11 +41,14 @@ build-minimal:
 	WORKER_FEATURES=stripe,github sh scripts/build.sh
 	rm -rf "target/variants/stripe,github" && mkdir -p target/variants && cp -r build "target/variants/stripe,github"
 
+## Formatting, clippy (host, the wasm, the Stripe + GitHub wasm) and the
+## API docs, all without a warning.
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy --target wasm32-unknown-unknown -- -D warnings
 	cargo clippy --target wasm32-unknown-unknown --no-default-features --features stripe,github -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 
 unit:
 	cargo test --workspace
