@@ -114,11 +114,12 @@ const OLDER_LOG: [&str; 2] = [
 ];
 
 /// What an upgrade of that log leaves when it stops after making the new
-/// log (`Fault::InterruptedUpgrade`): this release's `deliveries`, before
-/// the columns added since, empty; and the older log, renamed, not yet
-/// copied.
+/// log (`Fault::InterruptedUpgrade`): this release's `deliveries`, empty,
+/// and the older log, renamed, not yet copied. The event table stays the
+/// first release's, though such an upgrade would already have added its
+/// columns: one test covers both upgrades.
 const INTERRUPTED_LOG: [&str; 3] = [
-    "CREATE TABLE deliveries (seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, bytes INTEGER NOT NULL, sha256 TEXT NOT NULL)",
+    DELIVERIES_TABLE,
     "CREATE TABLE deliveries_before (at INTEGER NOT NULL, bytes INTEGER NOT NULL, sha256 TEXT NOT NULL)",
     "INSERT INTO deliveries_before (at, bytes, sha256) VALUES (1, 2, 'left by an interrupted upgrade')",
 ];
