@@ -7,7 +7,10 @@
 //   worker invocations      the fetch, queue and scheduled handlers
 //   Durable Object requests the inbox's fetch and alarm handlers, and the
 //                           object's active wall time (duration billing)
-//   Durable Object SQL      rowsRead / rowsWritten of every cursor it opens;
+//   Durable Object SQL      rowsRead / rowsWritten of every cursor it opens
+//                           (a query of several statements is run one
+//                           statement at a time, as workerd runs it: its
+//                           cursor reports the last statement's rows only);
 //                           each setAlarm() (billed as a row written); the
 //                           rows a deleteAll() removes (deletes are writes)
 //   D1                      rows_read / rows_written of each statement's meta
@@ -126,8 +129,17 @@ function meterSql(sql) {
   const proto = unpatched(sql);
   if (!proto) return;
   exec = proto.exec;
-  patch(proto, "exec", () => function (...args) {
-    const cursor = exec.apply(this, args);
+  patch(proto, "exec", () => function (query, ...bindings) {
+    // The inbox joins a table's creation to the insert that needs it with
+    // ";\n"; the bindings belong to the last statement.
+    const statements = query.split(";\n");
+    const last = statements.pop();
+    for (const statement of statements) {
+      const earlier = exec.call(this, statement);
+      earlier.toArray();
+      cursors.push(earlier);
+    }
+    const cursor = exec.call(this, last, ...bindings);
     cursors.push(cursor);
     return cursor;
   });
