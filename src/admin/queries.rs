@@ -198,8 +198,8 @@ pub async fn event<'a>(env: &Env, source: &'a str, id: &'a str) -> Result<EventD
              'outbox', (SELECT json_group_array(json_object('idempotency_key', idempotency_key, \
                  'action', action, 'status', status, 'attempts', attempts, \
                  'last_error', last_error, 'note', note, 'updated_at', updated_at)) \
-                 FROM outbox WHERE source = ?1 AND event_id = ?2 \
-                   AND action != 'notify_operator')) AS json",
+                 FROM (SELECT * FROM outbox WHERE source = ?1 AND event_id = ?2 \
+                   AND action != 'notify_operator' ORDER BY created_at, idempotency_key))) AS json",
         vec![source.into(), id.into()],
     );
     let records = one(env, records).await?;
