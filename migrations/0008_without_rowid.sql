@@ -9,9 +9,16 @@
 -- payment-intent index only orders that have one: the statements that use
 -- them ask for a value, never for NULL.
 --
--- Each table is copied once (each row billed as written once). On a
--- database with millions of rows, apply it at a quiet hour.
+-- Each table is copied once (each row billed as written once), in the one
+-- request that applies this file: the database waits meanwhile, and a
+-- copy too long for D1's limit on a query fails the deploy before the
+-- code is deployed. On a database with millions of rows, apply it by hand
+-- at a quiet hour first. A row with no key (NULL checkout_session_id or
+-- idempotency_key, which this code never writes) makes it fail: find
+-- them first. Each block starts by dropping what an interrupted run of it
+-- may have left, so the file can be applied again.
 
+DROP TABLE IF EXISTS processed_events_new;
 CREATE TABLE processed_events_new (
     source       TEXT    NOT NULL,
     event_id     TEXT    NOT NULL,
@@ -28,6 +35,7 @@ ALTER TABLE processed_events_new RENAME TO processed_events;
 CREATE UNIQUE INDEX processed_events_fence ON processed_events (source, fence_sha256)
     WHERE fence_sha256 IS NOT NULL;
 
+DROP TABLE IF EXISTS orders_new;
 CREATE TABLE orders_new (
     checkout_session_id TEXT PRIMARY KEY,
     payment_intent_id   TEXT,
@@ -45,6 +53,7 @@ ALTER TABLE orders_new RENAME TO orders;
 CREATE INDEX orders_by_payment_intent ON orders (payment_intent_id)
     WHERE payment_intent_id IS NOT NULL;
 
+DROP TABLE IF EXISTS outbox_new;
 CREATE TABLE outbox_new (
     idempotency_key TEXT PRIMARY KEY,   -- sha256(source, event id, action), hex
     source          TEXT    NOT NULL,
