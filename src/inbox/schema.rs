@@ -214,8 +214,8 @@ pub struct Tables {
     /// Read from `sqlite_master` once per instance, older tables upgraded
     /// on the way, then kept: only this instance makes or drops its tables,
     /// and each time it does, it says so here. `None`: not read yet, or
-    /// unknown again (the storage was deleted, or a statement that made a
-    /// table failed after it).
+    /// unknown again (the storage was deleted, or a statement failed: it
+    /// may have made a table, or met one that is gone).
     present: Cell<Option<Present>>,
 }
 
