@@ -158,13 +158,10 @@ impl Store {
         self.tables.one_text("SELECT state FROM event", Vec::new())
     }
 
-    /// The event's state as stored now (after an `.await`, memory may be stale).
+    /// The event's state as stored now (after an `.await`, memory may be
+    /// stale), where this build can read it.
     pub fn state(&self) -> Result<Option<EventState>> {
-        Ok(self
-            .tables
-            .one_text("SELECT state FROM event", Vec::new())?
-            .as_deref()
-            .and_then(EventState::parse))
+        Ok(self.stored_state()?.as_deref().and_then(EventState::parse))
     }
 
     /// The event's progress as stored now, without its body: what the
