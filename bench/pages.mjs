@@ -14,7 +14,7 @@ import { startWorker } from "../tests/support/worker.mjs";
 
 const EVENTS = Number(process.env.PAGES_EVENTS ?? 10_000);
 const VIEWS = 20;
-const TOKEN = "pages-bench-admin-token";
+const TOKEN = "pages-bench-admin-token-0123456789ab";
 const STATE_DIR = join(existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir(), `webhooks-pages-${process.pid}`);
 
 rmSync(STATE_DIR, { recursive: true, force: true });

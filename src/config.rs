@@ -17,6 +17,13 @@ pub const DB_BINDING: &str = "DB";
 pub const OUTBOX_BINDING: &str = "OUTBOX";
 /// Where rows that exhausted their attempts are sent, for operators.
 pub const OUTBOX_DLQ_BINDING: &str = "OUTBOX_DLQ";
+/// The one object counting admin credential failures and holding revoked
+/// sessions (`admin_guard`).
+pub const GUARD_BINDING: &str = "ADMIN_GUARD";
+
+/// The shortest admin token accepted, in bytes: enough that guessing it is
+/// hopeless even before the guard's throttle.
+pub const ADMIN_TOKEN_MIN_BYTES: usize = 32;
 
 /// A variable is missing or unreadable. The message names it; it never
 /// contains any variable's value (a secret pasted into the wrong variable
@@ -224,6 +231,30 @@ pub fn stats_flush_ms(env: &Env) -> u64 {
     number(env, "STATS_FLUSH_MS", 10_000).unwrap_or(10_000)
 }
 
+/// `ADMIN_TOKEN`: `None` when unset or blank (no admin surface at all); an
+/// error naming the rule when it is short or holds whitespace — a token
+/// that could be guessed, or one mangled by a paste, never a weak lock.
+pub fn admin_token(env: &Env) -> Result<Option<String>, ConfigError> {
+    optional(env, "ADMIN_TOKEN")
+        .map(|token| check_admin_token(&token).map(|()| token))
+        .transpose()
+}
+
+fn check_admin_token(token: &str) -> Result<(), ConfigError> {
+    if token.chars().any(char::is_whitespace) {
+        return Err(ConfigError(
+            "ADMIN_TOKEN holds whitespace: set it again without spaces or line breaks".into(),
+        ));
+    }
+    if token.len() < ADMIN_TOKEN_MIN_BYTES {
+        return Err(ConfigError(format!(
+            "ADMIN_TOKEN is shorter than {ADMIN_TOKEN_MIN_BYTES} bytes: make one with \
+             `openssl rand -base64 32`"
+        )));
+    }
+    Ok(())
+}
+
 /// An optional variable or secret (an outbox target), `None` when unset or blank.
 pub fn optional(env: &Env, name: &str) -> Option<String> {
     text(env, name).filter(|v| !v.trim().is_empty())
@@ -325,6 +356,21 @@ fn number<T: FromStr>(env: &Env, name: &str, default: T) -> Result<T, ConfigErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_admin_token_is_long_and_has_no_whitespace() {
+        assert!(check_admin_token(&"x".repeat(32)).is_ok());
+        let short = check_admin_token(&"x".repeat(31)).unwrap_err();
+        assert!(short.0.contains("shorter than 32 bytes"), "{short}");
+        for spaced in [" x", "x\n", "a b"] {
+            let token = format!("{}{spaced}", "y".repeat(40));
+            let err = check_admin_token(&token).unwrap_err();
+            assert!(
+                err.0.contains("whitespace") && !err.0.contains('y'),
+                "{err}"
+            );
+        }
+    }
 
     #[test]
     fn outbox_backoff_doubles_up_to_an_hour_with_jitter() {

@@ -26,8 +26,9 @@ pub enum Recorded {
 }
 
 /// Lists the event as failed (again: a new failure clears a dismissal),
-/// unless the ledger already holds it — so a report that arrives late
-/// cannot list an event that was applied or dismissed meanwhile. A newly
+/// unless the ledger already holds it, under its id or its signed body's
+/// fence — so a report that arrives late cannot list an event that was
+/// applied, dismissed, or found to be a replayed body meanwhile. A newly
 /// listed event is counted in the trend and alerted, in the same
 /// transaction.
 pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Recorded> {
@@ -38,6 +39,7 @@ pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Rec
         "INSERT INTO delivery_trend (minute, source, outcome, value) \
          SELECT ?3, ?1, 'failed', 1 WHERE NOT EXISTS \
            (SELECT 1 FROM processed_events WHERE source = ?1 AND event_id = ?2) \
+         AND NOT EXISTS (SELECT 1 FROM processed_events WHERE source = ?1 AND fence_sha256 = ?4) \
          AND NOT EXISTS (SELECT 1 FROM failed_events WHERE source = ?1 AND event_id = ?2 \
            AND dismissed_at IS NULL) \
          ON CONFLICT (minute, source, outcome) DO UPDATE SET value = value + 1",
@@ -45,13 +47,15 @@ pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Rec
             event.source.as_str().into(),
             event.id.as_str().into(),
             now.div_euclid(60_000).into(),
+            event.fence.as_deref().into(),
         ],
     );
     let list = Statement::new(
         "INSERT OR REPLACE INTO failed_events \
          (source, event_id, type, received_at, failed_at, last_error) \
          SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE NOT EXISTS \
-           (SELECT 1 FROM processed_events WHERE source = ?1 AND event_id = ?2)",
+           (SELECT 1 FROM processed_events WHERE source = ?1 AND event_id = ?2) \
+         AND NOT EXISTS (SELECT 1 FROM processed_events WHERE source = ?1 AND fence_sha256 = ?7)",
         vec![
             event.source.as_str().into(),
             event.id.as_str().into(),
@@ -59,6 +63,7 @@ pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Rec
             event.received_at.into(),
             now.into(),
             error.into(),
+            event.fence.as_deref().into(),
         ],
     );
     // And, on the same condition, the operators' alert (one per bucket).

@@ -44,6 +44,16 @@ pub enum Fault {
     /// The same, with the tables an upgrade interrupted half-way left: a
     /// new delivery log, and the older one renamed but not yet copied.
     InterruptedUpgrade,
+    /// The claim is stored, then arming its alarm fails: the event is held
+    /// with no alarm until a copy arrives.
+    FailSetAlarm,
+    /// Every effect attempt fails until this time (ms); the failure report
+    /// commits, and its reply comes 3 s late, so a copy can reopen the
+    /// event while the report is still awaited.
+    ReportLate(i64),
+    /// Every effect attempt fails until this time (ms); the failure report
+    /// commits, and its reply is lost (an error).
+    ReportReplyLost(i64),
 }
 
 impl Fault {
@@ -55,6 +65,12 @@ impl Fault {
         if let Some(ms) = name.strip_prefix("pause-before-complete:") {
             return ms.parse().ok().map(Fault::PauseBeforeComplete);
         }
+        if let Some(until) = name.strip_prefix("report-late:") {
+            return until.parse().ok().map(Fault::ReportLate);
+        }
+        if let Some(until) = name.strip_prefix("report-reply-lost:") {
+            return until.parse().ok().map(Fault::ReportReplyLost);
+        }
         Some(match name {
             "fail-before-effect" => Fault::FailBeforeEffect,
             "effect-always-fails" => Fault::EffectAlwaysFails,
@@ -65,6 +81,7 @@ impl Fault {
             "lose-reply" => Fault::LoseReply,
             "older-tables" => Fault::OlderTables,
             "interrupted-upgrade" => Fault::InterruptedUpgrade,
+            "fail-set-alarm" => Fault::FailSetAlarm,
             _ => return None,
         })
     }
@@ -82,6 +99,9 @@ impl Fault {
             Fault::LoseReply => "lose-reply".into(),
             Fault::OlderTables => "older-tables".into(),
             Fault::InterruptedUpgrade => "interrupted-upgrade".into(),
+            Fault::FailSetAlarm => "fail-set-alarm".into(),
+            Fault::ReportLate(until) => format!("report-late:{until}"),
+            Fault::ReportReplyLost(until) => format!("report-reply-lost:{until}"),
         }
     }
 
@@ -93,7 +113,20 @@ impl Fault {
     /// Whether the fault hits an attempt after `attempts` earlier ones: all
     /// of them for the lasting faults, only the first for the others.
     pub fn applies(self, attempts: i64) -> bool {
-        matches!(self, Fault::EffectAlwaysFails | Fault::D1DownUntil(_)) || attempts == 0
+        let lasting = matches!(
+            self,
+            Fault::EffectAlwaysFails
+                | Fault::D1DownUntil(_)
+                | Fault::ReportLate(_)
+                | Fault::ReportReplyLost(_)
+        );
+        lasting || attempts == 0
+    }
+
+    /// Whether an injected outage of the effect alone (not of the failure
+    /// report) is going on at `now` (ms).
+    pub fn effect_down(fault: Option<Fault>, now: i64) -> bool {
+        matches!(fault, Some(Fault::ReportLate(until) | Fault::ReportReplyLost(until)) if now < until)
     }
 
     /// Whether an injected D1 outage is going on at `now` (ms).
@@ -134,6 +167,9 @@ mod tests {
             Fault::LoseReply,
             Fault::OlderTables,
             Fault::InterruptedUpgrade,
+            Fault::FailSetAlarm,
+            Fault::ReportLate(1_700_000_000_000),
+            Fault::ReportReplyLost(1_700_000_000_000),
         ] {
             let json = serde_json::to_string(&fault).unwrap();
             assert_eq!(json, format!("\"{}\"", fault.name()));
@@ -151,5 +187,11 @@ mod tests {
         assert!(Fault::EffectAlwaysFails.applies(7));
         assert!(Fault::d1_down(Some(Fault::D1DownUntil(10)), 9));
         assert!(!Fault::d1_down(Some(Fault::D1DownUntil(10)), 10));
+        assert!(Fault::effect_down(Some(Fault::ReportLate(10)), 9));
+        assert!(!Fault::effect_down(Some(Fault::ReportReplyLost(10)), 10));
+        assert!(
+            !Fault::d1_down(Some(Fault::ReportLate(10)), 9),
+            "the report is written"
+        );
     }
 }

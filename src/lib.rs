@@ -35,6 +35,7 @@
 
 #[cfg(any(feature = "admin", feature = "dashboard"))]
 pub mod admin;
+pub mod admin_guard;
 pub mod clock;
 pub mod config;
 pub mod d1;
@@ -58,6 +59,7 @@ use worker::{
     ScheduledEvent,
 };
 
+pub use admin_guard::AdminGuard;
 pub use inbox::EventInbox;
 
 #[event(start)]

@@ -6,7 +6,7 @@ import { createHash } from "node:crypto";
 import { eventually, startWorker } from "./support/worker.mjs";
 import { checkoutCompleted, stripeHeaders, uniqueId } from "./support/sign.mjs";
 
-const TOKEN = "admin-e2e-token";
+const TOKEN = "admin-e2e-token-0123456789abcdefgh";
 
 let w;
 before(async () => {

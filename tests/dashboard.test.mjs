@@ -14,7 +14,7 @@ import { chromium } from "playwright-core";
 import { eventually, startWorker } from "./support/worker.mjs";
 import { checkoutCompleted, stripeHeaders, uniqueId } from "./support/sign.mjs";
 
-const TOKEN = "dashboard-e2e-token";
+const TOKEN = "dashboard-e2e-token-0123456789abcdef";
 const started = Date.now();
 let w;
 let origin;

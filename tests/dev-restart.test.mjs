@@ -19,7 +19,7 @@ import { checkoutCompleted, githubHeaders, starEvent, stripeHeaders, uniqueId } 
 
 const STRIPE_SECRET = "whsec_dev_restart_secret";
 const GITHUB_SECRET = "dev_restart_github_secret";
-const ADMIN_TOKEN = "dev-restart-admin-token";
+const ADMIN_TOKEN = "dev-restart-admin-token-0123456789ab";
 
 describe("the local cron ticker's schedule", () => {
   const at = (iso) => new Date(iso);

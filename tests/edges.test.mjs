@@ -12,7 +12,7 @@ import { SIGNATURES, checkoutCompleted, githubHeaders, starEvent, stripeHeaders,
 
 const STRIPE = "whsec_test_current";
 const GITHUB = SECRETS.GITHUB_WEBHOOK_SECRET;
-const TOKEN = "edges-admin-token";
+const TOKEN = "edges-admin-token-0123456789abcdef";
 
 let w;
 before(async () => {

@@ -6,7 +6,7 @@ import { execFile } from "node:child_process";
 
 import { startWorker } from "./support/worker.mjs";
 
-const TOKEN = "selftest-admin-token";
+const TOKEN = "selftest-admin-token-0123456789abcdef";
 let w;
 let url;
 before(async () => {

@@ -13,10 +13,10 @@
 //!   and exact counts from the ledger, `failed_events` and `outbox`
 
 use serde::Serialize;
-use worker::{Env, Headers, Method, Request, Response, Result};
+use worker::{Env, Method, Request, Response, Result};
 
 use super::queries::{self, EventFilter, Listing};
-use super::{admin_token, bearer_ok, decode, Query};
+use super::{admin_token, authorization, bearer_ok, decode, guard, Closed, Denied, Query};
 use crate::d1::{self, Json};
 use crate::inbox::client::{self, ActionResult, Answer};
 use crate::inbox::state::Outcome;
@@ -25,13 +25,27 @@ use crate::outbox::OutboxStatus;
 
 /// `path` is what follows `/admin/api/`.
 pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
-    let Some(token) = admin_token(env) else {
-        return Response::error("not found", 404);
+    let token = match admin_token(env) {
+        Ok(token) => token,
+        Err(Closed::Unset) => return Response::error("not found", 404),
+        Err(Closed::Misconfigured) => return Response::error("misconfigured", 500),
     };
-    if !bearer_ok(&req, &token) {
-        let headers = Headers::new();
-        headers.set("www-authenticate", "Bearer")?;
-        return Ok(Response::error("unauthorized", 401)?.with_headers(headers));
+    let authorization = authorization(&req);
+    let checked = match &authorization {
+        Some(presented) => guard(env, &req, bearer_ok(presented, &token)).await,
+        None => Err(Denied::Wrong),
+    };
+    if let Err(denied) = checked {
+        let message = match denied {
+            Denied::Wrong => "unauthorized",
+            Denied::Throttled(_) => "too many failed attempts",
+            Denied::Unavailable => "try again",
+        };
+        let mut response = denied.answer(Response::error(message, 500))?;
+        if let Denied::Wrong = denied {
+            response.headers_mut().set("www-authenticate", "Bearer")?;
+        }
+        return Ok(response);
     }
     let segments: Vec<String> = path
         .split('/')

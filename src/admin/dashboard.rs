@@ -17,9 +17,10 @@ use serde::Serialize;
 
 use super::html::{escape, page};
 use super::{
-    admin_token, decode, form_token, form_token_ok, pages, queries, session_id, session_valid,
-    session_value, token_matches,
+    admin_token, decode, form_token, form_token_ok, guard, pages, queries, session_id,
+    session_valid, session_value, token_matches, Closed, Denied,
 };
+use crate::admin_guard;
 use crate::clock::now_ms;
 use crate::config;
 use crate::event::dedupe_key;
@@ -34,8 +35,17 @@ const COOKIE: &str = "admin_session";
 const LOGIN_FORM_MAX_BYTES: usize = 8 * 1024;
 
 pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response> {
-    let Some(token) = admin_token(env) else {
-        return unread(&mut req, Response::error("not found", 404)).await;
+    let token = match admin_token(env) {
+        Ok(token) => token,
+        Err(Closed::Unset) => return unread(&mut req, Response::error("not found", 404)).await,
+        Err(Closed::Misconfigured) => {
+            let closed = page(
+                500,
+                "Misconfigured",
+                "<p>ADMIN_TOKEN is misconfigured: see the log.</p>",
+            );
+            return unread(&mut req, closed).await;
+        }
     };
     match (req.method(), path) {
         (Method::Post, "/admin/login") => {
@@ -52,26 +62,55 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
                 .find(|(name, _)| name == "token")
                 .map(|(_, value)| value.into_owned())
                 .unwrap_or_default();
-            if !token_matches(&token, &presented) {
-                return page(
-                    401,
-                    "Sign in",
-                    &login_form(Some("That is not the admin token.")),
-                );
+            if let Err(denied) = guard(env, &req, token_matches(&token, &presented)).await {
+                let why = match denied {
+                    Denied::Wrong => "That is not the admin token.".to_string(),
+                    Denied::Throttled(secs) => format!(
+                        "Too many failed sign-ins from here: try again in {} min.",
+                        (secs + 59) / 60
+                    ),
+                    Denied::Unavailable => "Sign-in did not answer: try again.".to_string(),
+                };
+                return denied.answer(page(200, "Sign in", &login_form(Some(&why))));
             }
             let ttl_ms = config::admin_session_ttl_ms(env)?;
             set_cookie(&req, &session_value(&token, now_ms()), ttl_ms / 1000)
         }
-        // Signing out clears the cookie; the browser forgets the session.
-        // Only from the dashboard itself: another site must not be able to
-        // sign an operator out.
-        (Method::Post, "/admin/logout") if same_origin(&req) => set_cookie(&req, "", 0),
+        // Signing out revokes the session, then clears the cookie: a copy
+        // of the cookie is no good either. Only from the dashboard itself:
+        // another site must not be able to sign an operator out.
+        (Method::Post, "/admin/logout") if same_origin(&req) => {
+            if let Some(session) = session(&req, &token, env)? {
+                // A session valid now expires within the lifetime from now.
+                let until = now_ms() + config::admin_session_ttl_ms(env)?;
+                if let Err(e) = admin_guard::revoke(env, &session_id(&session), until).await {
+                    log::error(&log::Line::new("admin_sign_out_failed").error(e));
+                    let failed = page(
+                        503,
+                        "Not signed out",
+                        "<p>Signing out failed: try again.</p>",
+                    );
+                    return unread(&mut req, failed).await;
+                }
+            }
+            let signed_out = set_cookie(&req, "", 0);
+            unread(&mut req, signed_out).await
+        }
         (Method::Post, "/admin/logout") => {
             let refused = page(403, "Refused", "<p>A cross-site request was refused.</p>");
             unread(&mut req, refused).await
         }
         _ => match session(&req, &token, env)? {
-            Some(session) => signed_in(req, env, path, &token, &session).await,
+            Some(session) => match admin_guard::revoked(env, &session_id(&session)).await {
+                Ok(false) => signed_in(req, env, path, &token, &session).await,
+                Ok(true) => unread(&mut req, page(401, "Sign in", &login_form(None))).await,
+                Err(e) => {
+                    log::error(&log::Line::new("admin_guard_failed").error(e));
+                    let down =
+                        Denied::Unavailable.answer(page(200, "Try again", "<p>Try again.</p>"));
+                    unread(&mut req, down).await
+                }
+            },
             None => unread(&mut req, page(401, "Sign in", &login_form(None))).await,
         },
     }

@@ -113,6 +113,11 @@ const PAYLOAD_OPEN_MAX_BYTES: usize = 16 * 1024;
 /// would make a page of gigabytes.
 const INDENT_MAX_DEPTH: usize = 32;
 
+/// Indentation may add at most this much to a payload; past it, the rest
+/// is shown as sent. Depth alone does not bound it: a wide body nested 31
+/// deep would gain 62 bytes a line on hundreds of thousands of lines.
+const INDENT_MAX_EXTRA_BYTES: usize = 256 * 1024;
+
 /// A stored payload for reading: indented when it is JSON, escaped, and
 /// collapsed past 16 KiB. Re-indented character by character, not parsed
 /// and re-encoded, so every value (a 20-digit number, an escape) reads as
@@ -134,17 +139,22 @@ pub fn payload(body: &str) -> String {
     )
 }
 
-/// Valid JSON, two spaces an indent, its tokens untouched; `None` when it
-/// nests deeper than [`INDENT_MAX_DEPTH`].
+/// Valid JSON, two spaces an indent, its tokens untouched, up to
+/// [`INDENT_MAX_EXTRA_BYTES`] longer than sent and the rest as sent;
+/// `None` when it nests deeper than [`INDENT_MAX_DEPTH`].
 fn indent_json(json: &str) -> Option<String> {
     let mut out = String::with_capacity(json.len() * 2);
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    let mut chars = json.chars().peekable();
+    let mut chars = json.char_indices().peekable();
     let newline = |out: &mut String, depth: usize| {
         out.push('\n');
         out.push_str(&"  ".repeat(depth));
     };
-    while let Some(c) = chars.next() {
+    while let Some((at, c)) = chars.next() {
+        if out.len() > at + INDENT_MAX_EXTRA_BYTES {
+            out.push_str(&json[at..]);
+            break;
+        }
         if in_string {
             out.push(c);
             match c {
@@ -162,11 +172,12 @@ fn indent_json(json: &str) -> Option<String> {
             }
             '{' | '[' => {
                 out.push(c);
-                while chars.peek().is_some_and(|c| c.is_ascii_whitespace()) {
+                while chars.peek().is_some_and(|(_, c)| c.is_ascii_whitespace()) {
                     chars.next();
                 }
-                if matches!(chars.peek(), Some('}' | ']')) {
-                    out.extend(chars.next());
+                if let Some((_, close @ ('}' | ']'))) = chars.peek().copied() {
+                    chars.next();
+                    out.push(close);
                 } else {
                     depth += 1;
                     if depth > INDENT_MAX_DEPTH {
@@ -224,6 +235,25 @@ mod tests {
         assert!(shown.len() < 20_000 && shown.contains(&"[".repeat(5_000)));
         let nested = format!("{}1{}", "[".repeat(32), "]".repeat(32));
         assert!(indent_json(&nested).is_some(), "32 deep is indented");
+    }
+
+    #[test]
+    fn indentation_adds_a_bounded_number_of_bytes_however_wide_and_deep() {
+        // 31 deep, then about 500,000 numbers: each would get its own line
+        // of 62 spaces, some 35 MB.
+        let wide = format!(
+            "{}{}0{}",
+            "[".repeat(31),
+            "0,".repeat(500_000),
+            "]".repeat(31)
+        );
+        let indented = indent_json(&wide).unwrap();
+        assert!(indented.len() <= wide.len() + INDENT_MAX_EXTRA_BYTES + 128);
+        assert!(
+            indented.ends_with(&format!("0,0{}", "]".repeat(31))),
+            "the rest as sent"
+        );
+        assert!(payload(&wide).len() < 2 * 1024 * 1024);
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod trend;
 
 use worker::{js_sys, Env, Request, Response, Result};
 
+use crate::admin_guard::{self, Verdict};
 use crate::config;
 use crate::log::{self, Line};
 use crate::signature::Tag;
@@ -51,9 +52,79 @@ pub fn harden(response: Result<Response>) -> Result<Response> {
     Ok(response)
 }
 
-/// The admin token; `None` (no admin surface at all) when unset.
-pub fn admin_token(env: &Env) -> Option<String> {
-    config::optional(env, "ADMIN_TOKEN")
+/// Why the admin surface is closed.
+pub enum Closed {
+    /// No `ADMIN_TOKEN`: there is no admin surface (404), never an open one.
+    Unset,
+    /// A weak or mangled `ADMIN_TOKEN`: 500, logged naming the rule.
+    Misconfigured,
+}
+
+/// The admin token, or why the admin surface is closed. Webhooks do not
+/// depend on it: a bad token closes only this surface.
+pub fn admin_token(env: &Env) -> std::result::Result<String, Closed> {
+    match config::admin_token(env) {
+        Ok(Some(token)) => Ok(token),
+        Ok(None) => Err(Closed::Unset),
+        Err(e) => {
+            log::error(&Line::new("admin_misconfigured").detail(e));
+            Err(Closed::Misconfigured)
+        }
+    }
+}
+
+/// The guard's verdict on a presented credential (`valid`: whether it
+/// matched); a guard that cannot answer refuses, as 503.
+pub async fn guard(env: &Env, req: &Request, valid: bool) -> std::result::Result<(), Denied> {
+    match admin_guard::attempt(env, req, valid).await {
+        Ok(Verdict::Allowed) => Ok(()),
+        Ok(Verdict::Wrong) => {
+            log::warn(&Line::new("admin_credential_refused"));
+            Err(Denied::Wrong)
+        }
+        Ok(Verdict::Refused { retry_after_secs }) => {
+            log::warn(&Line::new("admin_throttled"));
+            Err(Denied::Throttled(retry_after_secs))
+        }
+        Err(e) => {
+            log::error(&Line::new("admin_guard_failed").error(e));
+            Err(Denied::Unavailable)
+        }
+    }
+}
+
+/// Why a presented credential did not let the request in.
+pub enum Denied {
+    Wrong,
+    /// Too many failures from this client: come back in this many seconds.
+    Throttled(i64),
+    /// The guard did not answer.
+    Unavailable,
+}
+
+impl Denied {
+    pub fn status(&self) -> u16 {
+        match self {
+            Denied::Wrong => 401,
+            Denied::Throttled(_) => 429,
+            Denied::Unavailable => 503,
+        }
+    }
+
+    /// `response`, with this status and, where the client should wait,
+    /// `Retry-After`.
+    pub fn answer(&self, response: Result<Response>) -> Result<Response> {
+        let mut response = response?.with_status(self.status());
+        let wait = match self {
+            Denied::Throttled(secs) => Some(secs.to_string()),
+            Denied::Unavailable => Some("5".into()),
+            Denied::Wrong => None,
+        };
+        if let Some(wait) = wait {
+            response.headers_mut().set("retry-after", &wait)?;
+        }
+        Ok(response)
+    }
 }
 
 /// Whether `presented` is the token. Compares digests, not the strings:
@@ -64,19 +135,19 @@ pub fn token_matches(token: &str, presented: &str) -> bool {
     expected.matches(&given.bytes())
 }
 
-/// Whether the request carries `Authorization: Bearer <token>`.
+/// The request's `Authorization` header, if it presents a credential at
+/// all: a request without one makes no guess, and is not counted.
 #[cfg(feature = "admin")]
-pub fn bearer_ok(req: &Request, token: &str) -> bool {
-    req.headers()
-        .get("authorization")
-        .ok()
-        .flatten()
-        .and_then(|value| {
-            value
-                .strip_prefix("Bearer ")
-                .map(|p| token_matches(token, p))
-        })
-        .unwrap_or(false)
+pub fn authorization(req: &Request) -> Option<String> {
+    req.headers().get("authorization").ok().flatten()
+}
+
+/// Whether the header is `Bearer <token>`.
+#[cfg(feature = "admin")]
+pub fn bearer_ok(authorization: &str, token: &str) -> bool {
+    authorization
+        .strip_prefix("Bearer ")
+        .is_some_and(|p| token_matches(token, p))
 }
 
 #[cfg(feature = "dashboard")]

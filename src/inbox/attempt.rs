@@ -55,6 +55,10 @@ impl EventInbox {
         settings: &InboxSettings,
         plan: Option<Plan>,
     ) -> Result<Tried> {
+        // Only the first delivery's attempt comes with a plan; any other
+        // (an alarm's retry, a reopening copy, a replay) may follow a
+        // failure report whose `reported` mark was never set.
+        let after_first = plan.is_none();
         self.effect_running.set(true);
         let result = self.run_effect(&event, fault, plan).await;
         self.effect_running.set(false);
@@ -70,9 +74,12 @@ impl EventInbox {
                     log::warn(&line.duplicate_of(dedupe_key(&event.source, of)));
                 }
                 let progress = self.store.mark_done(now_ms(), replay_of)?;
-                if progress.is_some_and(|held| held.reported) {
-                    // Listed as failed before this attempt: no longer. If D1
-                    // refuses, `reported` stays set and the alarm tries again.
+                if after_first || progress.is_some_and(|held| held.reported) {
+                    // Perhaps listed as failed before this attempt, whatever
+                    // `reported` says (a report's reply lost, or the event
+                    // reopened while it was awaited): no longer. Marked
+                    // first, so that if D1 refuses the alarm tries again.
+                    self.store.set_reported(true)?;
                     self.resolve_report(&event).await;
                     // Awaited: read again.
                     return Ok(Tried::Applied(applied, None));
@@ -121,7 +128,17 @@ impl EventInbox {
         let written = if Fault::d1_down(row.fault, now_ms()) {
             Err("injected fault: D1 unavailable".into())
         } else {
-            failed_events::record(&self.env, &row.event, error).await
+            let written = failed_events::record(&self.env, &row.event, error).await;
+            match row.fault {
+                Some(Fault::ReportLate(_)) => {
+                    worker::Delay::from(std::time::Duration::from_secs(3)).await;
+                    written
+                }
+                Some(Fault::ReportReplyLost(_)) => {
+                    written.and(Err("injected fault: the report's reply is lost".into()))
+                }
+                _ => written,
+            }
         };
         // D1 was awaited: a copy or an operator may have moved the event on
         // meanwhile (reopened it, dismissed it). Then this report is moot,
@@ -166,7 +183,7 @@ impl EventInbox {
         ) {
             return Err("injected fault: before effect".into());
         }
-        if Fault::d1_down(fault, now_ms()) {
+        if Fault::d1_down(fault, now_ms()) || Fault::effect_down(fault, now_ms()) {
             return Err("injected fault: D1 unavailable".into());
         }
         let plan = match plan {

@@ -14,6 +14,7 @@
 //! - [`state`]: the event's state machine, pure and host-tested;
 //! - [`store`]: the rows and statements, on the tables `schema.rs` makes;
 //! - `attempt.rs`: one try at the effect, and what follows it;
+//! - `actions.rs`: what operators ask of it (its state, a replay, a dismissal);
 //! - [`client`]: how the worker and the admin API call an inbox.
 //!
 //! An alarm is set while the event row exists, on every path: armed at the
@@ -22,6 +23,7 @@
 //! next retry, the next try at reporting a failure to `failed_events`, or
 //! the retention deadline.
 
+mod actions;
 mod attempt;
 pub mod client;
 mod schema;
@@ -34,14 +36,13 @@ use worker::wasm_bindgen;
 use worker::{durable_object, DurableObject, Env, Method, Request, Response, Result, State};
 
 use self::attempt::Tried;
-use self::client::{Answer, Handoff, InboxState, BAD_HANDOFF, NOT_STORED, UNPLANNABLE};
+use self::client::{Answer, Handoff, BAD_HANDOFF, NOT_STORED, UNPLANNABLE};
 use self::state::{AlarmTask, EventState, Held, Outcome, Rest};
-use self::store::{Claim, DeliveryKind, EventRow, LoggedDelivery, Store};
+use self::store::{Claim, EventRow, Store};
 use crate::clock::now_ms;
 use crate::config::{ConfigError, InboxSettings};
-use crate::effects::{self, Applied};
-use crate::event::{self, dedupe_key};
-use crate::failed_events;
+use crate::effects;
+use crate::event::VerifiedEvent;
 use crate::fault::Fault;
 use crate::log::{self, Line};
 
@@ -222,7 +223,11 @@ impl EventInbox {
         let answer = match claim {
             Claim::First => {
                 // Armed before the first attempt, so a crash from here on is
-                // retried.
+                // retried. Should arming fail, the reply is an error, and the
+                // sender's retry, a copy, arms it (below).
+                if fault == Some(Fault::FailSetAlarm) {
+                    return Err("injected fault: setting the alarm".into());
+                }
                 self.set_alarm_in(settings.retry_base_ms).await?;
                 if fault == Some(Fault::LoseReply) {
                     return Err("injected fault: the reply is lost".into());
@@ -241,9 +246,24 @@ impl EventInbox {
             // A new copy of a failed event reopens it for one more attempt:
             // a merchant's "resend" after an outage is answered by applying it.
             Claim::Held(EventState::Failed) => self.reopen(settings).await?,
-            Claim::Held(_) => Outcome::Duplicate.into(),
+            Claim::Held(_) => {
+                self.ensure_alarm(&event, settings).await?;
+                Outcome::Duplicate.into()
+            }
         };
         Response::from_json(&answer)
+    }
+
+    /// For a copy: while the event row exists an alarm must be set. One
+    /// is missing only if arming it failed after the claim; the alarm it
+    /// arms now finds what is left to do. Should this fail too, the copy's
+    /// reply is an error, and the sender retries.
+    async fn ensure_alarm(&self, event: &VerifiedEvent, settings: &InboxSettings) -> Result<()> {
+        if self.state.storage().get_alarm().await?.is_some() {
+            return Ok(());
+        }
+        log::warn(&Line::new("alarm_rearmed").key(&event.key()));
+        self.set_alarm_in(settings.retry_base_ms).await
     }
 
     /// One more attempt at a failed event for a new copy of it.
@@ -262,27 +282,6 @@ impl EventInbox {
         self.store
             .transition(EventState::Failed, EventState::Received)?;
         self.set_alarm_in(settings.retry_base_ms).await
-    }
-
-    /// An operator's replay: runs the effect path again for the held event,
-    /// without test faults. A `failed` event is reopened first. For an event
-    /// already done it is a no-op: the ledger answers `Earlier`, reported as
-    /// `duplicate`. `None` when the inbox holds no event (never, or expired).
-    async fn replay(&self) -> Result<Option<Answer>> {
-        let Some(row) = self.store.held()? else {
-            return Ok(None);
-        };
-        if row.state == EventState::Dismissed {
-            return Ok(Some(Outcome::Dismissed.into()));
-        }
-        if self.effect_running.get() {
-            return Ok(Some(Outcome::Accepted.into()));
-        }
-        let settings = self.settings()?;
-        if row.state == EventState::Failed {
-            self.reopen_failed(settings).await?;
-        }
-        Ok(Some(self.retry_now(row, None, settings).await?))
     }
 
     /// An attempt off the first delivery's path (the alarm, a reopening
@@ -336,82 +335,6 @@ impl EventInbox {
         if let Err(e) = set {
             log::error(&Line::new("alarm_not_moved").error(e));
         }
-    }
-
-    /// An operator's decision not to apply a failed event. The state moves
-    /// first, synchronously, so that a copy arriving while D1 records the
-    /// decision is a duplicate, not a reopening. D1 records it as handled in
-    /// the ledger, so no later copy applies it, even after this inbox
-    /// forgets. Should the ledger show the effect committed after all (a
-    /// lost reply, or the same body under another id), there is nothing to
-    /// dismiss: the event is done, and the answer says `duplicate`.
-    async fn dismiss(&self) -> Result<Response> {
-        let Some(row) = self.store.held()? else {
-            return Response::error("no event", 404);
-        };
-        if row.state != EventState::Failed {
-            return Response::error("only a failed event can be dismissed", 409);
-        }
-        let settings = self.settings()?;
-        self.store.dismiss(now_ms())?;
-        let outcome = match failed_events::dismiss(&self.env, &row.event).await {
-            Ok(Applied::Now) => {
-                log::warn(&Line::new("event_dismissed").key(&row.event.key()));
-                Outcome::Dismissed
-            }
-            Ok(_) => {
-                self.store.settle_as_done(EventState::Dismissed, None)?;
-                Outcome::Duplicate
-            }
-            Err(e) => {
-                // Unknown whether D1 committed (its reply may be what was
-                // lost): back to failed and unreported, and the alarm's
-                // report, which checks the ledger first, settles it soon.
-                self.store.undo_dismissal()?;
-                self.set_alarm_in(settings.retry_base_ms).await?;
-                return Err(e);
-            }
-        };
-        self.set_alarm_in(settings.retention_ms).await?;
-        Response::from_json(&Answer::from(outcome))
-    }
-
-    /// The event's progress and its deliveries, without creating tables in
-    /// an object that never held an event (or has forgotten it).
-    async fn inbox_state(&self) -> Result<Option<InboxState>> {
-        let Some(row) = self.store.held()? else {
-            return Ok(None);
-        };
-        let first = LoggedDelivery {
-            at: row.event.received_at,
-            kind: match row.replay_of {
-                Some(_) => DeliveryKind::ReplayedBody,
-                None => DeliveryKind::First,
-            },
-            duplicate_of: row
-                .replay_of
-                .as_deref()
-                .map(|of| dedupe_key(&row.event.source, of)),
-            bytes: row.event.body.len() as i64,
-            sha256: event::sha256_hex(row.event.body.as_bytes()),
-            verified: row.verified.clone(),
-        };
-        let (later, mut delivery_log) = self.store.later_deliveries()?;
-        delivery_log.insert(0, first);
-        Ok(Some(InboxState {
-            state: row.state,
-            effect_attempts: row.effect_attempts,
-            last_error: row.last_error,
-            received_at: row.event.received_at,
-            done_at: row.done_at,
-            reported: row.reported,
-            deliveries: later + 1,
-            delivery_log,
-            // Only informative: the state is shown without it if it fails.
-            next_wake_up_at: self.state.storage().get_alarm().await.ok().flatten(),
-            body: row.event.body,
-            verified: row.verified,
-        }))
     }
 
     pub(super) async fn set_alarm_in(&self, delay_ms: i64) -> Result<()> {

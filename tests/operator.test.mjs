@@ -1,0 +1,237 @@
+// End to end: the operators' side under faults and hostile use — failed
+// listings that heal whatever order the writes land in, the alarm a copy
+// re-arms, an admin token that must be strong, a throttle on guessing it,
+// a sign-out that revokes, and an event page whose size is bounded.
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+
+import { checkoutCompleted, githubHeaders, stripeHeaders, uniqueId } from "./support/sign.mjs";
+import { SECRETS, eventually, startWorker } from "./support/worker.mjs";
+
+const STRIPE = "whsec_test_current";
+const TOKEN = "operator-admin-token-0123456789abcdef";
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const reply = async (res) => ({ status: res.status, body: await res.json() });
+
+describe("a failed listing heals when the event ends done", () => {
+  let w;
+  before(async () => {
+    w = await startWorker({ ADMIN_TOKEN: TOKEN, EFFECT_MAX_ATTEMPTS: "1", EFFECT_RETRY_BASE_MS: "100" });
+  });
+  after(() => w.dispose());
+  const send = (body, headers = {}) => w.post("/webhooks/stripe", body, { ...stripeHeaders(body, STRIPE), ...headers });
+  const listed = (id) => w.scalar("SELECT count(*) FROM failed_events WHERE event_id = ?", id);
+
+  test("a copy reopens the event while its failure report is still awaited", async () => {
+    const body = checkoutCompleted();
+    const id = JSON.parse(body).id;
+    const until = Date.now() + 1_000;
+    // The one attempt fails, the report is written, and its reply is late:
+    // the first delivery's answer waits for it.
+    const first = send(body, { "x-test-fault": `report-late:${until}` });
+    await eventually(async () => (await listed(id)) === 1, 5_000, "the report to be written");
+    await sleep(Math.max(0, until - Date.now()) + 200);
+    assert.deepEqual((await reply(await send(body))).body, { outcome: "processed", key: `stripe:${id}` });
+    await reply(await first);
+    const state = await w.inboxState(`stripe:${id}`);
+    assert.equal(state.state, "done");
+    assert.equal(await listed(id), 0, "no longer listed as failed");
+    assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+  });
+
+  test("the report committed but its reply was lost; a copy then applies the event", async () => {
+    const body = checkoutCompleted();
+    const id = JSON.parse(body).id;
+    const until = Date.now() + 1_500;
+    const first = await reply(await send(body, { "x-test-fault": `report-reply-lost:${until}` }));
+    assert.equal(first.body.outcome, "failed");
+    assert.equal(await listed(id), 1, "written, though the inbox never heard so");
+    assert.equal((await w.inboxState(`stripe:${id}`)).reported, false);
+    await sleep(Math.max(0, until - Date.now()) + 100);
+    assert.equal((await reply(await send(body))).body.outcome, "processed");
+    await eventually(async () => (await listed(id)) === 0, 5_000, "the listing to be resolved");
+    // The alarm's retries of the report must not list it again.
+    await sleep(1_000);
+    assert.equal(await listed(id), 0);
+    assert.equal((await w.inboxState(`stripe:${id}`)).state, "done");
+  });
+});
+
+describe("while an event's row exists, its inbox has an alarm", () => {
+  test("arming the alarm failed after the claim: the sender's retry re-arms it, and the effect happens", async () => {
+    const w = await startWorker({ EFFECT_RETRY_BASE_MS: "100" });
+    try {
+      const body = checkoutCompleted();
+      const id = JSON.parse(body).id;
+      const first = await reply(await w.post("/webhooks/stripe", body, { ...stripeHeaders(body, STRIPE), "x-test-fault": "fail-set-alarm" }));
+      assert.deepEqual(first, { status: 503, body: { error: "unconfirmed" } });
+      const held = await w.inboxState(`stripe:${id}`);
+      assert.deepEqual([held.state, held.next_wake_up_at], ["received", null]);
+      const copy = await reply(await w.post("/webhooks/stripe", body, stripeHeaders(body, STRIPE)));
+      assert.deepEqual(copy.body, { outcome: "duplicate", key: `stripe:${id}` });
+      await eventually(async () => (await w.inboxState(`stripe:${id}`)).state === "done", 5_000, "the re-armed alarm");
+      assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+      assert.ok(w.logged("alarm_rearmed").some((l) => l.key === `stripe:${id}`));
+    } finally {
+      await w.dispose();
+    }
+  });
+});
+
+describe("the admin token", () => {
+  for (const [why, token] of [
+    ["under 32 bytes", "s3cr3t-short"],
+    ["with whitespace inside", "operator-admin-token 0123456789abcdef"],
+  ]) {
+    test(`${why}: the admin surface is misconfigured, webhooks still work`, async () => {
+      const w = await startWorker({ ADMIN_TOKEN: token });
+      try {
+        const api = await w.mf.dispatchFetch("http://localhost/admin/api/stats", {
+          headers: { authorization: `Bearer ${token}` },
+        });
+        assert.deepEqual([api.status, await api.text()], [500, "misconfigured"]);
+        const dashboard = await w.mf.dispatchFetch("http://localhost/admin");
+        assert.equal(dashboard.status, 500);
+        assert.match(await dashboard.text(), /ADMIN_TOKEN is misconfigured/);
+        const line = w.logged("admin_misconfigured")[0];
+        assert.match(line.detail, /ADMIN_TOKEN/);
+        assert.ok(!JSON.stringify(w.logged("admin_misconfigured")).includes(token), "the token is never logged");
+        const body = checkoutCompleted();
+        const res = await reply(await w.post("/webhooks/stripe", body, stripeHeaders(body, STRIPE)));
+        assert.equal(res.body.outcome, "processed");
+      } finally {
+        await w.dispose();
+      }
+    });
+  }
+});
+
+describe("guessing the admin token", () => {
+  let w;
+  before(async () => {
+    w = await startWorker({ ADMIN_TOKEN: TOKEN });
+  });
+  after(() => w.dispose());
+  const api = async (ip, token) => {
+    const res = await w.mf.dispatchFetch("http://localhost/admin/api/stats", {
+      headers: { authorization: `Bearer ${token}`, "cf-connecting-ip": ip },
+    });
+    await res.arrayBuffer();
+    return res;
+  };
+  const login = async (ip, token) => {
+    const res = await w.mf.dispatchFetch("http://localhost/admin/login", {
+      method: "POST",
+      body: `token=${encodeURIComponent(token)}`,
+      headers: { "content-type": "application/x-www-form-urlencoded", "cf-connecting-ip": ip },
+      redirect: "manual",
+    });
+    return { status: res.status, retryAfter: res.headers.get("retry-after"), text: await res.text() };
+  };
+
+  test("a client gets 10 wrong guesses, then 429 with Retry-After even for the right token; others are not blocked", async () => {
+    for (let i = 0; i < 10; i++) assert.equal((await api("203.0.113.1", `wrong-${i}`)).status, 401);
+    const refused = await api("203.0.113.1", "wrong-again");
+    assert.equal(refused.status, 429);
+    const wait = Number(refused.headers.get("retry-after"));
+    assert.ok(wait > 0 && wait <= 900, `Retry-After ${wait}`);
+    assert.equal((await api("203.0.113.1", TOKEN)).status, 429, "no answer tells the guesser anything");
+    assert.equal((await api("203.0.113.2", TOKEN)).status, 200, "another client signs in");
+    // The sign-in form counts the same way, for the same client.
+    const form = await login("203.0.113.1", TOKEN);
+    assert.equal(form.status, 429);
+    assert.match(form.text, /Too many failed sign-ins/);
+    assert.ok(Number(form.retryAfter) > 0);
+    assert.ok(w.logged("admin_throttled").length >= 3);
+  });
+
+  test("30 concurrent wrong guesses from one client: exactly 10 are checked", async () => {
+    const statuses = await Promise.all(Array.from({ length: 30 }, (_, i) => api("198.51.100.7", `guess-${i}`).then((r) => r.status)));
+    assert.deepEqual(
+      statuses.reduce((n, s) => ({ ...n, [s]: (n[s] ?? 0) + 1 }), {}),
+      { 401: 10, 429: 20 },
+    );
+  });
+
+  test("an IPv6 client is counted by its /64", async () => {
+    for (let i = 0; i < 10; i++) assert.equal((await api(`2001:db8:7:7::${i + 1}`, "wrong")).status, 401);
+    assert.equal((await api("2001:db8:7:7:ffff::1", "wrong")).status, 429);
+  });
+
+  test("under many clients' failures, a client that failed once is refused, one with none signs in", async () => {
+    // Enough distinct clients failing once each to pass the overall limit.
+    for (let i = 0; i < 100; i++) assert.equal((await api(`2001:db8:1:${i.toString(16)}::1`, "wrong")).status, 401);
+    assert.equal((await api("192.0.2.50", "wrong")).status, 401, "its first failure is counted");
+    assert.equal((await api("192.0.2.50", TOKEN)).status, 429, "then it is refused");
+    assert.equal((await api("192.0.2.51", TOKEN)).status, 200, "a clean client is never blocked");
+    const signIn = await login("192.0.2.52", TOKEN);
+    assert.equal(signIn.status, 303);
+  });
+});
+
+describe("signing out", () => {
+  test("revokes the session on the server: a copy of its cookie is refused, other sessions stay", async () => {
+    const w = await startWorker({ ADMIN_TOKEN: TOKEN });
+    try {
+      const signIn = async () => {
+        const res = await w.mf.dispatchFetch("http://localhost/admin/login", {
+          method: "POST",
+          body: `token=${TOKEN}`,
+          headers: { "content-type": "application/x-www-form-urlencoded" },
+          redirect: "manual",
+        });
+        assert.equal(res.status, 303);
+        return res.headers.get("set-cookie").split(";")[0];
+      };
+      const page = async (cookie) => {
+        const res = await w.mf.dispatchFetch("http://localhost/admin", { headers: { cookie } });
+        await res.arrayBuffer();
+        return res.status;
+      };
+      const mine = await signIn();
+      await sleep(5); // another issue time, so another session
+      const theirs = await signIn();
+      assert.notEqual(mine, theirs);
+      assert.equal(await page(mine), 200);
+      const out = await w.mf.dispatchFetch("http://localhost/admin/logout", {
+        method: "POST",
+        headers: { cookie: mine, "sec-fetch-site": "same-origin" },
+        redirect: "manual",
+      });
+      assert.equal(out.status, 303);
+      assert.match(out.headers.get("set-cookie"), /Max-Age=0/);
+      assert.equal(await page(mine), 401, "the kept copy of the cookie is no good");
+      assert.equal(await page(theirs), 200, "another session is untouched");
+    } finally {
+      await w.dispose();
+    }
+  });
+});
+
+describe("an event page", () => {
+  test("a signed body wide and 32 deep: the page stays under 3 MB", async () => {
+    const w = await startWorker({ ADMIN_TOKEN: TOKEN });
+    try {
+      // 31 arrays inside the object, then about 499,000 numbers: indented
+      // one a line, 62 spaces each, this would be some 35 MB of HTML.
+      const body = `{"action":"opened","x":${"[".repeat(31)}${"0,".repeat(499_000)}0${"]".repeat(31)}}`;
+      const delivery = uniqueId("d");
+      const headers = githubHeaders(body, SECRETS.GITHUB_WEBHOOK_SECRET, { delivery, event: "issues" });
+      assert.equal((await reply(await w.post("/webhooks/github", body, headers))).body.outcome, "processed");
+      const signIn = await w.mf.dispatchFetch("http://localhost/admin/login", {
+        method: "POST",
+        body: `token=${TOKEN}`,
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+        redirect: "manual",
+      });
+      const cookie = signIn.headers.get("set-cookie").split(";")[0];
+      const res = await w.mf.dispatchFetch(`http://localhost/admin/events/github/${delivery}`, { headers: { cookie } });
+      assert.equal(res.status, 200);
+      const html = await res.text();
+      assert.ok(html.length < 3 * 1024 * 1024, `${html.length} bytes`);
+      assert.ok(html.includes(`0,0,0${"]".repeat(31)}}`), "the rest shown as sent");
+    } finally {
+      await w.dispose();
+    }
+  });
+});
