@@ -7,7 +7,7 @@ export CLOUDFLARE_CF_FETCH_ENABLED := false
 export WRANGLER_HIDE_BANNER := true
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: dev test setup setup-test build build-minimal lint unit config-check e2e bench costs bodies fuzz-props fuzz soak deploy template-check sizes
+.PHONY: dev test setup setup-test build build-minimal lint unit config-check e2e bench costs bodies fuzz-props fuzz soak deploy migrate template-check sizes
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
@@ -84,6 +84,13 @@ soak: setup build
 ## URLs. Running it again changes nothing that exists.
 deploy: setup
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" node scripts/deploy.mjs
+
+## Only make deploy's first steps: log in, the D1 database, the remote
+## migrations. At a quiet hour before make deploy, for a long migration;
+## STEPWISE=<file> runs that one a paragraph per request, then records it
+## as wrangler does (README, "A long migration").
+migrate: setup
+	PATH="$(CURDIR)/node_modules/.bin:$$PATH" node scripts/deploy.mjs --migrations-only $(if $(STEPWISE),--stepwise "$(STEPWISE)")
 
 ## cargo generate from this checkout into a temporary directory, then the
 ## copy's host tests, dry-run deploy, receiver tests in workerd and deploy

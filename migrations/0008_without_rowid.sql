@@ -9,17 +9,33 @@
 -- payment-intent index only orders that have one: the statements that use
 -- them ask for a value, never for NULL.
 --
--- Each table is copied once (each row billed as written once), in the one
--- request that applies this file: the database waits meanwhile, and a
--- copy too long for D1's limit on a query fails the deploy before the
--- code is deployed. On a database with millions of rows, apply it by hand
--- at a quiet hour first. A row with no key (NULL checkout_session_id or
--- idempotency_key, which this code never writes) makes it fail: find
--- them first. Each block starts by dropping what an interrupted run of it
--- may have left, so the file can be applied again.
+-- `wrangler d1 migrations apply` runs this file and its d1_migrations
+-- record as one transaction: all of it commits or none. (wrangler 4.86
+-- sends the file plus `INSERT INTO d1_migrations (name)` as one query,
+-- remotely one POST to D1's /query, locally one db.batch(); D1 "runs every
+-- query inside an implicit transaction", developers.cloudflare.com/d1/
+-- sql-api/foreign-keys.) Each table is copied once (each row billed as
+-- written once) while the database waits, and a copy too long for D1's
+-- limit on a query fails the deploy before the code is deployed: on a
+-- database with millions of rows, run `make migrate STEPWISE=<this file>`
+-- at a quiet hour first (README, "A long migration"). A row with no key
+-- (NULL checkout_session_id or idempotency_key, which this code never
+-- writes) makes the copy fail: find them first.
+--
+-- Run statement by statement instead and stopped anywhere, it can be
+-- applied again: no statement drops the only copy of a row. The pattern,
+-- for any rebuild of a table x, in one paragraph (STEPWISE sends each
+-- paragraph as one request, so no write lands between a copy and its
+-- drop): create x_new if missing; create x if missing (a stand-in, where a
+-- run dropped x and stopped before the rename, so that the copy runs);
+-- copy into x_new, ON CONFLICT DO NOTHING (a row copied before is skipped,
+-- a NULL key fails where OR IGNORE would drop the row, and unlike a NOT
+-- EXISTS on x_new no temporary copy is made; WHERE true: the upsert
+-- needs one); drop x; rename x_new to x; create its indexes if missing.
+-- tests/migrations.test.mjs stops each file that drops a table after each
+-- of its statements, then applies it again.
 
-DROP TABLE IF EXISTS processed_events_new;
-CREATE TABLE processed_events_new (
+CREATE TABLE IF NOT EXISTS processed_events_new (
     source       TEXT    NOT NULL,
     event_id     TEXT    NOT NULL,
     type         TEXT    NOT NULL,
@@ -28,15 +44,16 @@ CREATE TABLE processed_events_new (
     fence_sha256 TEXT,             -- see 0005
     PRIMARY KEY (source, event_id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS processed_events (source, event_id, type, received_at, processed_at, fence_sha256);
 INSERT INTO processed_events_new (source, event_id, type, received_at, processed_at, fence_sha256)
-    SELECT source, event_id, type, received_at, processed_at, fence_sha256 FROM processed_events;
+    SELECT source, event_id, type, received_at, processed_at, fence_sha256 FROM processed_events
+    WHERE true ON CONFLICT (source, event_id) DO NOTHING;
 DROP TABLE processed_events;
 ALTER TABLE processed_events_new RENAME TO processed_events;
-CREATE UNIQUE INDEX processed_events_fence ON processed_events (source, fence_sha256)
+CREATE UNIQUE INDEX IF NOT EXISTS processed_events_fence ON processed_events (source, fence_sha256)
     WHERE fence_sha256 IS NOT NULL;
 
-DROP TABLE IF EXISTS orders_new;
-CREATE TABLE orders_new (
+CREATE TABLE IF NOT EXISTS orders_new (
     checkout_session_id TEXT PRIMARY KEY,
     payment_intent_id   TEXT,
     status              TEXT    NOT NULL,
@@ -46,15 +63,16 @@ CREATE TABLE orders_new (
     created_at          INTEGER NOT NULL,
     updated_at          INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS orders (checkout_session_id, payment_intent_id, status, amount, currency, customer_email, created_at, updated_at);
 INSERT INTO orders_new (checkout_session_id, payment_intent_id, status, amount, currency, customer_email, created_at, updated_at)
-    SELECT checkout_session_id, payment_intent_id, status, amount, currency, customer_email, created_at, updated_at FROM orders;
+    SELECT checkout_session_id, payment_intent_id, status, amount, currency, customer_email, created_at, updated_at FROM orders
+    WHERE true ON CONFLICT (checkout_session_id) DO NOTHING;
 DROP TABLE orders;
 ALTER TABLE orders_new RENAME TO orders;
-CREATE INDEX orders_by_payment_intent ON orders (payment_intent_id)
+CREATE INDEX IF NOT EXISTS orders_by_payment_intent ON orders (payment_intent_id)
     WHERE payment_intent_id IS NOT NULL;
 
-DROP TABLE IF EXISTS outbox_new;
-CREATE TABLE outbox_new (
+CREATE TABLE IF NOT EXISTS outbox_new (
     idempotency_key TEXT PRIMARY KEY,   -- sha256(source, event id, action), hex
     source          TEXT    NOT NULL,
     event_id        TEXT    NOT NULL,
@@ -69,9 +87,11 @@ CREATE TABLE outbox_new (
     created_at      INTEGER NOT NULL,
     updated_at      INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outbox (idempotency_key, source, event_id, action, payload, status, attempts, last_error, note, lease_until, next_attempt_at, created_at, updated_at);
 INSERT INTO outbox_new (idempotency_key, source, event_id, action, payload, status, attempts, last_error, note, lease_until, next_attempt_at, created_at, updated_at)
-    SELECT idempotency_key, source, event_id, action, payload, status, attempts, last_error, note, lease_until, next_attempt_at, created_at, updated_at FROM outbox;
+    SELECT idempotency_key, source, event_id, action, payload, status, attempts, last_error, note, lease_until, next_attempt_at, created_at, updated_at FROM outbox
+    WHERE true ON CONFLICT (idempotency_key) DO NOTHING;
 DROP TABLE outbox;
 ALTER TABLE outbox_new RENAME TO outbox;
-CREATE INDEX outbox_due ON outbox (status, next_attempt_at);
-CREATE INDEX outbox_alerts ON outbox (created_at) WHERE action = 'notify_operator';
+CREATE INDEX IF NOT EXISTS outbox_due ON outbox (status, next_attempt_at);
+CREATE INDEX IF NOT EXISTS outbox_alerts ON outbox (created_at) WHERE action = 'notify_operator';

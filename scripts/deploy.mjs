@@ -4,31 +4,42 @@
 //    with several accounts, the one CLOUDFLARE_ACCOUNT_ID names, or asked.
 // 1. The D1 database: found by name (`wrangler d1 list --json`) or created
 //    (`wrangler d1 create`); its id is written into wrangler.toml.
-// 2. The queues the config names: each created unless `wrangler queues list`
+// 2. The D1 migrations, remotely (only those not applied yet). With
+//    `--stepwise <file>` (make migrate STEPWISE=), that migration first, one
+//    paragraph per request, then recorded as wrangler records it, so that
+//    wrangler skips it. With `--migrations-only` (make migrate), stop here.
+// 3. The queues the config names: each created unless `wrangler queues list`
 //    shows it.
-// 3. The D1 migrations, remotely (only those not applied yet).
 // 4. The secrets the worker knows of that the deployed worker lacks: each
-//    source's secret, ADMIN_TOKEN (a generated one offered) and, on the first
-//    deploy, the side effects' EMAIL_API_KEY and NOTIFY_URL, and the
-//    operators' ALERT_URL (optional).
+//    source's secret, ADMIN_TOKEN (at least 32 bytes, no whitespace, or one
+//    generated) and, on the first deploy, the side effects' EMAIL_API_KEY
+//    and NOTIFY_URL, and the operators' ALERT_URL (optional).
 //    Asked for at the terminal (not echoed), or taken from the environment
 //    (CI); uploaded in one `wrangler secret bulk` from stdin — no secret
-//    touches the disk or a command line — before the deploy, so that a
+//    touches a command line or the output — before the deploy, so that a
 //    failed deploy loses none (on a first deploy wrangler creates the worker
-//    for them).
+//    for them). A generated ADMIN_TOKEN is kept in .admin-token (mode 0600,
+//    git-ignored), the one secret written to disk, and shown only at a
+//    terminal.
 // 5. `wrangler deploy`, then the webhook URL to paste into each provider.
 //
 // `wrangler` is whichever is first on PATH (the Makefile puts the project's
 // own first); the tests put a stand-in there.
 import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { basename, join } from "node:path";
 import { createInterface } from "node:readline/promises";
 
-import { unstable_readConfig } from "wrangler";
+import { unstable_readConfig, unstable_splitSqlQuery } from "wrangler";
 
 const CONFIG_PATH = "wrangler.toml";
 const PLACEHOLDER_ID = /^0{8}-0{4}-0{4}-0{4}-0{12}$/;
+const TOKEN_FILE = ".admin-token";
+const argv = process.argv.slice(2);
+const migrationsOnly = argv.includes("--migrations-only");
+// `--stepwise <file>`: a migration's path, or its name.
+const stepwise = argv.includes("--stepwise") ? basename(argv[argv.indexOf("--stepwise") + 1] ?? "") : undefined;
 
 /** Runs wrangler; its output is returned (and shown when `show`; its
  * errors are shown unless `quiet`). `terminal`: wrangler has the terminal
@@ -74,6 +85,8 @@ async function question(text, { secret = false } = {}) {
 }
 
 const config = unstable_readConfig({ config: CONFIG_PATH });
+const holdsStepwise = (db) => stepwise?.endsWith(".sql") && existsSync(join(db.migrations_dir ?? "migrations", stepwise));
+if (stepwise !== undefined && !config.d1_databases.some(holdsStepwise)) stop(`--stepwise: no migration "${stepwise}"`);
 
 // 0. Logged in, to one account.
 let whoami = wrangler(["whoami", "--json"], { quiet: true });
@@ -119,7 +132,14 @@ for (const db of config.d1_databases) {
   writeDatabaseId(db.database_name, id);
 }
 
-// 2. The queues.
+// 2. The migrations.
+for (const db of config.d1_databases) {
+  if (holdsStepwise(db)) applyStepwise(db, stepwise);
+  must(["d1", "migrations", "apply", db.binding, "--remote"], { show: true });
+}
+if (migrationsOnly) process.exit(0);
+
+// 3. The queues.
 const queues = new Set([
   ...(config.queues.producers ?? []).map((p) => p.queue),
   ...(config.queues.consumers ?? []).flatMap((c) => [c.queue, c.dead_letter_queue]),
@@ -144,11 +164,6 @@ for (const queue of queues) {
   console.log(`queue ${queue}: ${created.ok ? "created" : "exists"}`);
 }
 
-// 3. The migrations.
-for (const db of config.d1_databases) {
-  must(["d1", "migrations", "apply", db.binding, "--remote"], { show: true });
-}
-
 // 4. The secrets, then the deploy.
 const sources = Object.entries(config.vars.SOURCES ?? {});
 const listedSecrets = wrangler(["secret", "list"], { quiet: true });
@@ -161,7 +176,15 @@ for (const [name, source] of sources) {
   const why = wanted.get(variable)?.why ?? `the ${source.provider} signing secret of source "${name}"`;
   wanted.set(variable, { why });
 }
-wanted.set("ADMIN_TOKEN", { why: "the admin API and dashboard token", generate: true });
+// The worker refuses any other ADMIN_TOKEN as misconfigured (src/config.rs).
+wanted.set("ADMIN_TOKEN", {
+  why: "the admin API and dashboard token",
+  generate: true,
+  valid: (token) => Buffer.byteLength(token) >= 32 && !/\s/.test(token),
+  rule:
+    "must be at least 32 bytes with no whitespace, or the worker refuses it as misconfigured: " +
+    "make one with `openssl rand -base64 32`, or leave it unset to have one generated",
+});
 if (firstDeploy) {
   wanted.set("EMAIL_API_KEY", { why: "the email API key for receipts (optional)", optional: true });
   wanted.set("NOTIFY_URL", { why: "the chat incoming-webhook URL (optional)", optional: true });
@@ -175,9 +198,12 @@ for (const [name, secret] of wanted) {
     const hint = secret.generate ? " [Enter: generate one]" : secret.optional ? " [Enter: skip]" : "";
     value = await question(`${name}, ${secret.why}${hint}: `, { secret: true });
   }
+  if (value && secret.valid && !secret.valid(value)) stop(`${name} ${secret.rule}`);
   if (!value && secret.generate) {
     value = randomBytes(32).toString("base64url");
-    console.log(`${name}: generated; keep it, it is shown once: ${value}`);
+    keepToken(value);
+    const shown = process.stdout.isTTY ? `: ${value}` : "";
+    console.log(`${name}: generated, kept in ${TOKEN_FILE} (readable by you only)${shown}`);
   }
   if (value) {
     toUpload[name] = value;
@@ -205,6 +231,63 @@ for (const [name, source] of sources) {
   console.log(`  ${`${name} (${source.provider})`.padEnd(28)} ${url}/webhooks/${name}`);
 }
 console.log(`  ${"dashboard".padEnd(28)} ${url}/admin`);
+
+/** Applies migration `name` of `db` remotely one paragraph (statements
+ * between blank lines) per request, each one transaction, then records it
+ * in the migrations table as `wrangler d1 migrations apply` does: only once
+ * every paragraph succeeded. Those pending before it are applied first,
+ * each whole with its record, as wrangler does. After a failure the file
+ * is applied again from its start: it must be re-runnable (see
+ * migrations/0008_without_rowid.sql). */
+function applyStepwise(db, name) {
+  const dir = db.migrations_dir ?? "migrations";
+  const table = db.migrations_table ?? "d1_migrations";
+  // `--command=`: SQL that starts with a comment is not taken for a flag.
+  const execute = (sql, flags = []) =>
+    wrangler(["d1", "execute", db.binding, "--remote", ...flags, `--command=${sql}`], { show: flags.length === 0 });
+  const record = (file) => `INSERT INTO ${table} (name) VALUES ('${file.replaceAll("'", "''")}');`;
+  // The table as `wrangler d1 migrations apply` creates it, and what it holds.
+  const listed = execute(
+    `CREATE TABLE IF NOT EXISTS ${table}(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE, ` +
+      `applied_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL); SELECT name FROM ${table};`,
+    ["--json"],
+  );
+  if (!listed.ok) stop(`could not read ${table} of ${db.binding}`);
+  const applied = new Set(JSON.parse(listed.out).at(-1).results.map((row) => row.name));
+  if (applied.has(name)) {
+    console.log(`${name}: applied already`);
+    return;
+  }
+  const pending = readdirSync(dir).filter((f) => f.endsWith(".sql") && !applied.has(f)).sort();
+  for (const file of pending.slice(0, pending.indexOf(name))) {
+    console.log(`${file}: applying whole, as wrangler does`);
+    if (!execute(`${readFileSync(join(dir, file), "utf8")}\n${record(file)}`).ok) stop(`${file} failed`);
+  }
+  const text = readFileSync(join(dir, name), "utf8");
+  const paragraphs = text.split(/\n\s*\n/).filter((p) => p.replace(/--.*$/gm, "").trim());
+  // A statement cut by a blank line would run in halves: refuse them all.
+  if (paragraphs.flatMap((p) => unstable_splitSqlQuery(p)).length !== unstable_splitSqlQuery(text).length) {
+    stop(`${name}: a statement spans a blank line, so it cannot run a paragraph at a time`);
+  }
+  for (const [i, paragraph] of paragraphs.entries()) {
+    console.log(`${name}: paragraph ${i + 1} of ${paragraphs.length}`);
+    if (!execute(paragraph).ok) {
+      stop(`${name}: paragraph ${i + 1} failed, and it is not recorded; once fixed, run this again`);
+    }
+  }
+  if (!execute(record(name)).ok) stop(`${name}: applied, but not recorded in ${table}`);
+}
+
+/** Writes a generated admin token to TOKEN_FILE, created readable by its
+ * owner only, and never over an earlier one. */
+function keepToken(token) {
+  try {
+    writeFileSync(TOKEN_FILE, `${token}\n`, { mode: 0o600, flag: "wx" });
+  } catch (error) {
+    if (error.code !== "EEXIST") throw error;
+    stop(`${TOKEN_FILE} holds an earlier token: deploy with ADMIN_TOKEN="$(cat ${TOKEN_FILE})", or remove it`);
+  }
+}
 
 /** Writes `id` as the database_id of the [[d1_databases]] entry named `name`. */
 function writeDatabaseId(name, id) {

@@ -1,15 +1,28 @@
 // `make deploy` (scripts/deploy.mjs) against a stand-in `wrangler` on PATH
 // that answers like the real one: a first run creates the database (its id
-// written into wrangler.toml), the queues, the migrations and the secrets,
+// written into wrangler.toml), the migrations, the queues and the secrets,
 // then deploys and prints the webhook URLs; a second run changes nothing.
+// No secret is ever printed. `make migrate` stops after the migrations, and
+// with STEPWISE runs one migration a paragraph per request, then records it.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { chmodSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import {
+  chmodSync,
+  copyFileSync,
+  cpSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 
-import { unstable_readConfig } from "wrangler";
+import { unstable_readConfig, unstable_splitSqlQuery } from "wrangler";
 
 const ROOT = resolve(import.meta.dirname, "..");
 // The names the project's own config gives (a generated copy has its own).
@@ -42,11 +55,12 @@ before(() => {
 after(() => rmSync(dir, { recursive: true, force: true }));
 
 /** Runs `make deploy`'s script in the copy: its exit code, output and the
- * calls it made. `extra`: more environment. */
-async function run(extra = {}) {
+ * calls it made. `extra`: more environment; `flags`: the script's. */
+async function run(extra = {}, flags = []) {
   rmSync(env.FAKE_WRANGLER_LOG, { force: true });
+  const script = [join(ROOT, "scripts/deploy.mjs"), ...flags];
   const { code, out, err } = await new Promise((done) =>
-    execFile("node", [join(ROOT, "scripts/deploy.mjs")], { cwd: dir, env: { ...env, ...extra }, timeout: 60_000 }, (error, stdout, stderr) =>
+    execFile("node", script, { cwd: dir, env: { ...env, ...extra }, timeout: 60_000 }, (error, stdout, stderr) =>
       done({ code: error ? error.code : 0, out: stdout, err: stderr }),
     ),
   );
@@ -54,13 +68,19 @@ async function run(extra = {}) {
   return { code, out, err, calls, commands: calls.map((c) => c.args.join(" ")) };
 }
 
-async function deploy(extra) {
-  const result = await run(extra);
+async function deploy(extra, flags) {
+  const result = await run(extra, flags);
   assert.equal(result.code, 0, `${result.out}\n${result.err}`);
   return result;
 }
 
 const account = () => JSON.parse(readFileSync(env.FAKE_WRANGLER_STATE, "utf8"));
+/** Changes the stand-in account's state, as if done elsewhere. */
+const edit = (change) => {
+  const state = account();
+  change(state);
+  writeFileSync(env.FAKE_WRANGLER_STATE, JSON.stringify(state));
+};
 const toml = () => readFileSync(join(dir, "wrangler.toml"), "utf8");
 
 test("not logged in, and no terminal to log in at: it says so and creates nothing", async () => {
@@ -71,15 +91,15 @@ test("not logged in, and no terminal to log in at: it says so and creates nothin
 });
 
 test("a first deploy creates what is missing, sets the secrets, deploys and prints the URLs", async () => {
-  const { out, calls, commands } = await deploy();
+  const { out, err, calls, commands } = await deploy();
   assert.deepEqual(commands, [
     "whoami --json",
     "d1 list --json",
     `d1 create ${DATABASE}`,
+    "d1 migrations apply DB --remote",
     "queues list",
     `queues create ${QUEUE}`,
     `queues create ${DLQ}`,
-    "d1 migrations apply DB --remote",
     "secret list",
     "secret bulk",
     "deploy",
@@ -91,7 +111,11 @@ test("a first deploy creates what is missing, sets the secrets, deploys and prin
   assert.deepEqual(Object.keys(uploaded).sort(), ["ADMIN_TOKEN", "GITHUB_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET"]);
   assert.equal(uploaded.STRIPE_WEBHOOK_SECRET, env.STRIPE_WEBHOOK_SECRET);
   assert.ok(uploaded.ADMIN_TOKEN.length >= 40, "a generated admin token");
-  assert.ok(out.includes(uploaded.ADMIN_TOKEN), "the generated token is shown once");
+  // No terminal (CI): the token is in a file only its owner reads, not in the log.
+  assert.ok(!out.includes(uploaded.ADMIN_TOKEN) && !err.includes(uploaded.ADMIN_TOKEN), "the token is not printed");
+  assert.match(out, /ADMIN_TOKEN: generated, kept in \.admin-token \(readable by you only\)\n/);
+  assert.equal(statSync(join(dir, ".admin-token")).mode & 0o777, 0o600);
+  assert.equal(readFileSync(join(dir, ".admin-token"), "utf8"), `${uploaded.ADMIN_TOKEN}\n`);
   for (const secret of Object.values(uploaded)) {
     assert.ok(calls.every((c) => !c.args.join(" ").includes(secret)), "no secret on a command line");
   }
@@ -108,9 +132,9 @@ test("a second deploy changes nothing that exists", async () => {
   assert.deepEqual(commands, [
     "whoami --json",
     "d1 list --json",
+    "d1 migrations apply DB --remote",
     "queues list",
     "queues list --page 2",
-    "d1 migrations apply DB --remote",
     "secret list",
     "deploy",
   ]);
@@ -138,4 +162,87 @@ test("a database made elsewhere is found by name, not created twice", async () =
   const { commands } = await deploy();
   assert.ok(!commands.some((c) => c.startsWith("d1 create")));
   assert.match(toml(), new RegExp(`^database_id = "${databases[0].uuid}"$`, "m"));
+});
+
+test("an ADMIN_TOKEN the worker would refuse stops the deploy before any secret is set", async () => {
+  edit((state) => {
+    state.secrets = state.secrets.filter((name) => name !== "ADMIN_TOKEN");
+  });
+  for (const token of ["31-bytes-is-one-byte-too-short!", `${"x".repeat(20)} ${"y".repeat(20)}`]) {
+    const { code, out, err, commands } = await run({ ADMIN_TOKEN: token });
+    assert.notEqual(code, 0);
+    assert.match(err, /ADMIN_TOKEN must be at least 32 bytes with no whitespace, or the worker refuses it/);
+    assert.ok(!out.includes(token) && !err.includes(token), "the token is not printed");
+    assert.ok(!commands.includes("secret bulk") && !commands.includes("deploy"), commands.join());
+  }
+  assert.ok(!account().secrets.includes("ADMIN_TOKEN"));
+});
+
+test("a generated token never replaces the one in .admin-token", async () => {
+  const kept = readFileSync(join(dir, ".admin-token"), "utf8");
+  const { code, err, commands } = await run();
+  assert.notEqual(code, 0);
+  assert.match(err, /\.admin-token holds an earlier token: deploy with ADMIN_TOKEN="\$\(cat \.admin-token\)", or remove it/);
+  assert.ok(!commands.includes("secret bulk"), commands.join());
+  assert.equal(readFileSync(join(dir, ".admin-token"), "utf8"), kept);
+  const { calls } = await deploy({ ADMIN_TOKEN: kept.trim() });
+  assert.equal(JSON.parse(calls.find((c) => c.args.join(" ") === "secret bulk").stdin).ADMIN_TOKEN, kept.trim());
+});
+
+test("make migrate: the migrations, and nothing else", async () => {
+  const { commands } = await deploy({}, ["--migrations-only"]);
+  assert.deepEqual(commands, ["whoami --json", "d1 list --json", "d1 migrations apply DB --remote"]);
+});
+
+const STEPWISE = "0008_without_rowid.sql";
+const BEFORE_IT = "0007_outbox_alerts_index.sql";
+const migration = (name) => readFileSync(join(ROOT, "migrations", name), "utf8");
+const record = (name) => `INSERT INTO d1_migrations (name) VALUES ('${name}');`;
+/** The SQL of each `d1 execute` call, in order. */
+const executed = (calls) =>
+  calls
+    .filter((c) => c.args[1] === "execute")
+    .map((c) => c.args.find((a) => a.startsWith("--command=")).slice("--command=".length));
+
+test("make migrate STEPWISE= runs it a table per request, then records it, and wrangler skips it", async () => {
+  edit((state) => {
+    state.migrated = state.migrated.filter((name) => name < BEFORE_IT);
+  });
+  const { out, calls, commands } = await deploy({}, ["--migrations-only", "--stepwise", `migrations/${STEPWISE}`]);
+  assert.deepEqual(
+    [commands[0], commands[1], commands.at(-1)],
+    ["whoami --json", "d1 list --json", "d1 migrations apply DB --remote"],
+  );
+  const [read, earlier, ...rest] = executed(calls);
+  assert.match(read, /SELECT name FROM d1_migrations;$/);
+  // A migration pending before it goes whole with its record, as wrangler sends it.
+  assert.equal(earlier, `${migration(BEFORE_IT)}\n${record(BEFORE_IT)}`);
+  // Then each table's copy, drop and rename in one request, every statement
+  // once and in order; the record last, alone.
+  const parts = rest.slice(0, -1);
+  assert.deepEqual(
+    parts.map((p) => p.match(/DROP TABLE \w+/g)),
+    [["DROP TABLE processed_events"], ["DROP TABLE orders"], ["DROP TABLE outbox"]],
+  );
+  assert.deepEqual(unstable_splitSqlQuery(parts.join("\n\n")), unstable_splitSqlQuery(migration(STEPWISE)));
+  assert.equal(rest.at(-1), record(STEPWISE));
+  assert.deepEqual(account().migrated.slice(-2), [BEFORE_IT, STEPWISE]);
+  assert.match(out, /No migrations to apply/, "wrangler skips it");
+});
+
+test("a failing request stops STEPWISE before the record; run again, it completes", async () => {
+  edit((state) => {
+    state.migrated = state.migrated.filter((name) => name !== STEPWISE);
+  });
+  const flags = ["--migrations-only", "--stepwise", STEPWISE];
+  const failed = await run({ FAKE_FAIL_SQL: "DROP TABLE orders" }, flags);
+  assert.notEqual(failed.code, 0);
+  assert.match(failed.err, /0008_without_rowid.sql: paragraph 2 failed, and it is not recorded; once fixed, run this again/);
+  const sql = executed(failed.calls);
+  assert.equal(sql.length, 3, "the read, the ledger's paragraph, the orders' that failed");
+  assert.ok(!sql.includes(record(STEPWISE)) && !failed.commands.includes("d1 migrations apply DB --remote"));
+  assert.ok(!account().migrated.includes(STEPWISE));
+  const again = await deploy({}, flags);
+  assert.equal(executed(again.calls).at(-1), record(STEPWISE));
+  assert.ok(account().migrated.includes(STEPWISE));
 });

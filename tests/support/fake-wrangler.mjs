@@ -2,9 +2,11 @@
 // A stand-in for `wrangler` on PATH, for the `make deploy` test: it records
 // each call (arguments and stdin) in $FAKE_WRANGLER_LOG and answers like
 // wrangler 4.86 (the shapes of `whoami --json`, `d1 list --json`,
-// `d1 create`, `queues list`, `secret list`, `secret bulk`, `deploy`, and
-// their errors), keeping the account's state in $FAKE_WRANGLER_STATE.
-// $FAKE_LOGGED_IN=1: a session exists; $FAKE_FAIL: a command that fails.
+// `d1 create`, `d1 execute --remote --command=`, `queues list`,
+// `secret list`, `secret bulk`, `deploy`, and their errors), keeping the
+// account's state in $FAKE_WRANGLER_STATE. $FAKE_LOGGED_IN=1: a session
+// exists; $FAKE_FAIL: a command that fails; $FAKE_FAIL_SQL: a `d1 execute`
+// whose SQL holds this fails.
 import { randomUUID } from "node:crypto";
 import { appendFileSync, existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 
@@ -73,14 +75,32 @@ switch (true) {
     break;
   }
   case command === "d1 migrations apply DB": {
-    if (!args.includes("--remote")) fail("expected --remote");
-    const toml = readFileSync("wrangler.toml", "utf8");
-    const id = toml.match(/^database_id\s*=\s*"(.*)"$/m)?.[1];
-    if (!state.databases.some((d) => d.uuid === id)) fail(`Couldn't find DB with ID ${id} [code: 7404]`);
+    remoteDatabase();
     const pending = readdirSync("migrations").filter((m) => !state.migrated.includes(m));
     state.migrated.push(...pending);
     save();
     console.log(pending.length ? `✅ Applied ${pending.length} migrations!` : "✅ No migrations to apply!");
+    break;
+  }
+  case command === "d1 execute DB": {
+    // Only what `make migrate STEPWISE=` sends: the migrations table read,
+    // a record written, any other SQL taken as run.
+    remoteDatabase();
+    const sql = args.find((a) => a.startsWith("--command="))?.slice("--command=".length) ?? fail("expected --command=");
+    if (process.env.FAKE_FAIL_SQL && sql.includes(process.env.FAKE_FAIL_SQL)) {
+      fail("A request to the Cloudflare API (/d1/database/query) failed: SQLITE_ERROR [code: 7500]");
+    }
+    if (/SELECT name FROM d1_migrations/.test(sql)) {
+      const names = state.migrated.map((name) => ({ name }));
+      console.log(JSON.stringify([{ results: [], success: true }, { results: names, success: true }], null, 2));
+      break;
+    }
+    for (const [, name] of sql.matchAll(/INSERT INTO d1_migrations \(name\) VALUES \('(.*)'\)/g)) {
+      if (state.migrated.includes(name)) fail("UNIQUE constraint failed: d1_migrations.name: SQLITE_CONSTRAINT [code: 7500]");
+      state.migrated.push(name);
+    }
+    save();
+    console.log(`🌀 Executing on remote database DB (${remoteDatabase()}):\n🚣 Executed ${sql.split(";").length - 1} commands in 12.34ms`);
     break;
   }
   case command === "secret list":
@@ -114,4 +134,12 @@ switch (true) {
   }
   default:
     fail(`the stand-in does not know \`wrangler ${args.join(" ")}\``);
+}
+
+/** The id of the database wrangler.toml names, which must exist; --remote only. */
+function remoteDatabase() {
+  if (!args.includes("--remote")) fail("expected --remote");
+  const id = readFileSync("wrangler.toml", "utf8").match(/^database_id\s*=\s*"(.*)"$/m)?.[1];
+  if (!state.databases.some((d) => d.uuid === id)) fail(`Couldn't find DB with ID ${id} [code: 7404]`);
+  return id;
 }
