@@ -68,10 +68,11 @@ e2e:
 fuzz-props:
 	PROPTEST_CASES=500000 cargo test --release --test property_fuzz
 
-## 100,000 hostile requests at the local worker (make test runs 3,000).
-## See RELIABILITY.md.
+## 100,000 hostile requests at the local worker, then 20,000 at its admin
+## API and dashboard (make test runs 3,000 and 2,000). See RELIABILITY.md.
 fuzz: setup build
 	node fuzz/requests.mjs 100000
+	node fuzz/admin.mjs 20000
 
 ## 10,000 Stripe and GitHub deliveries under make dev's runner while the
 ## runtime is SIGKILLed 6 times; checks exactly-once. See RELIABILITY.md.

@@ -28,10 +28,11 @@
 -- paragraph as one request, so no write lands between a copy and its
 -- drop): create x_new if missing; create x if missing (a stand-in, where a
 -- run dropped x and stopped before the rename, so that the copy runs);
--- copy into x_new, ON CONFLICT DO NOTHING (a row copied before is skipped,
--- a NULL key fails where OR IGNORE would drop the row, and unlike a NOT
--- EXISTS on x_new no temporary copy is made; WHERE true: the upsert
--- needs one); drop x; rename x_new to x; create its indexes if missing.
+-- copy into x_new as an upsert (a row copied before takes the values x
+-- holds now, should the worker have written in between; a NULL key fails
+-- where OR IGNORE would drop the row; unlike a NOT EXISTS on x_new no
+-- temporary copy is made; WHERE true: the upsert needs one); drop x;
+-- rename x_new to x; create its indexes if missing.
 -- tests/migrations.test.mjs stops each file that drops a table after each
 -- of its statements, then applies it again.
 
@@ -47,7 +48,11 @@ CREATE TABLE IF NOT EXISTS processed_events_new (
 CREATE TABLE IF NOT EXISTS processed_events (source, event_id, type, received_at, processed_at, fence_sha256);
 INSERT INTO processed_events_new (source, event_id, type, received_at, processed_at, fence_sha256)
     SELECT source, event_id, type, received_at, processed_at, fence_sha256 FROM processed_events
-    WHERE true ON CONFLICT (source, event_id) DO NOTHING;
+    WHERE true ON CONFLICT (source, event_id) DO UPDATE SET
+        type = excluded.type,
+        received_at = excluded.received_at,
+        processed_at = excluded.processed_at,
+        fence_sha256 = excluded.fence_sha256;
 DROP TABLE processed_events;
 ALTER TABLE processed_events_new RENAME TO processed_events;
 CREATE UNIQUE INDEX IF NOT EXISTS processed_events_fence ON processed_events (source, fence_sha256)
@@ -66,7 +71,14 @@ CREATE TABLE IF NOT EXISTS orders_new (
 CREATE TABLE IF NOT EXISTS orders (checkout_session_id, payment_intent_id, status, amount, currency, customer_email, created_at, updated_at);
 INSERT INTO orders_new (checkout_session_id, payment_intent_id, status, amount, currency, customer_email, created_at, updated_at)
     SELECT checkout_session_id, payment_intent_id, status, amount, currency, customer_email, created_at, updated_at FROM orders
-    WHERE true ON CONFLICT (checkout_session_id) DO NOTHING;
+    WHERE true ON CONFLICT (checkout_session_id) DO UPDATE SET
+        payment_intent_id = excluded.payment_intent_id,
+        status = excluded.status,
+        amount = excluded.amount,
+        currency = excluded.currency,
+        customer_email = excluded.customer_email,
+        created_at = excluded.created_at,
+        updated_at = excluded.updated_at;
 DROP TABLE orders;
 ALTER TABLE orders_new RENAME TO orders;
 CREATE INDEX IF NOT EXISTS orders_by_payment_intent ON orders (payment_intent_id)
@@ -90,7 +102,19 @@ CREATE TABLE IF NOT EXISTS outbox_new (
 CREATE TABLE IF NOT EXISTS outbox (idempotency_key, source, event_id, action, payload, status, attempts, last_error, note, lease_until, next_attempt_at, created_at, updated_at);
 INSERT INTO outbox_new (idempotency_key, source, event_id, action, payload, status, attempts, last_error, note, lease_until, next_attempt_at, created_at, updated_at)
     SELECT idempotency_key, source, event_id, action, payload, status, attempts, last_error, note, lease_until, next_attempt_at, created_at, updated_at FROM outbox
-    WHERE true ON CONFLICT (idempotency_key) DO NOTHING;
+    WHERE true ON CONFLICT (idempotency_key) DO UPDATE SET
+        source = excluded.source,
+        event_id = excluded.event_id,
+        action = excluded.action,
+        payload = excluded.payload,
+        status = excluded.status,
+        attempts = excluded.attempts,
+        last_error = excluded.last_error,
+        note = excluded.note,
+        lease_until = excluded.lease_until,
+        next_attempt_at = excluded.next_attempt_at,
+        created_at = excluded.created_at,
+        updated_at = excluded.updated_at;
 DROP TABLE outbox;
 ALTER TABLE outbox_new RENAME TO outbox;
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (status, next_attempt_at);

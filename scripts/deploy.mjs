@@ -202,7 +202,9 @@ for (const [name, secret] of wanted) {
   if (!value && secret.generate) {
     value = randomBytes(32).toString("base64url");
     keepToken(value);
-    const shown = process.stdout.isTTY ? `: ${value}` : "";
+    // At a person's terminal only: a CI runner may give the job a
+    // terminal (docker run -t, some runners) and keep its log.
+    const shown = tty && !process.env.CI ? `: ${value}` : "";
     console.log(`${name}: generated, kept in ${TOKEN_FILE} (readable by you only)${shown}`);
   }
   if (value) {

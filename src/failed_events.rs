@@ -87,10 +87,11 @@ pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Rec
     })
 }
 
-/// The effect committed after all: the event is no longer a failure.
+/// The effect committed after all: the event is no longer a failure. A
+/// dismissal's row stays: it is the record of that decision.
 pub async fn resolve(env: &Env, source: &str, event_id: &str) -> Result<()> {
     let statement = Statement::new(
-        "DELETE FROM failed_events WHERE source = ?1 AND event_id = ?2",
+        "DELETE FROM failed_events WHERE source = ?1 AND event_id = ?2 AND dismissed_at IS NULL",
         vec![source.into(), event_id.into()],
     );
     Db::from_env(env)?.run(&statement).await.map(drop)
@@ -100,9 +101,10 @@ pub async fn resolve(env: &Env, source: &str, event_id: &str) -> Result<()> {
 /// record of that decision, and leaves the list of failures to act on; and
 /// in the same transaction the ledger records the event as handled, so that
 /// no later copy applies it — not even after its inbox has forgotten it.
-/// `Applied::Now` when dismissed; `Earlier` or `Replayed` when the ledger
-/// shows the effect committed after all (nothing was dismissed: the row is
-/// resolved instead).
+/// `Applied::Now` when dismissed, now or by an earlier dismissal whose
+/// reply was lost; `Earlier` or `Replayed` when the ledger shows the effect
+/// committed after all (nothing was dismissed: the row is resolved
+/// instead).
 pub async fn dismiss(env: &Env, event: &VerifiedEvent) -> Result<Applied> {
     let now = now_ms();
     let record = Statement::new(
@@ -116,8 +118,17 @@ pub async fn dismiss(env: &Env, event: &VerifiedEvent) -> Result<Applied> {
     let db = Db::from_env(env)?;
     let batch = [effects::ledger_row(event, now), record];
     let applied = effects::apply(&db, event, &batch).await?;
-    if applied != Applied::Now {
-        resolve(env, &event.source, &event.id).await?;
+    if applied == Applied::Now {
+        return Ok(applied);
     }
+    let dismissed = Statement::new(
+        "SELECT 'yes' AS dismissed FROM failed_events \
+         WHERE source = ?1 AND event_id = ?2 AND dismissed_at IS NOT NULL",
+        vec![event.source.as_str().into(), event.id.as_str().into()],
+    );
+    if db.text(&dismissed, "dismissed").await?.is_some() {
+        return Ok(Applied::Now);
+    }
+    resolve(env, &event.source, &event.id).await?;
     Ok(applied)
 }

@@ -17,8 +17,9 @@ const statementsOf = (file) => unstable_splitSqlQuery(readFileSync(`migrations/$
 const REBUILDS = MIGRATIONS.filter((file) => statementsOf(file).some((s) => /^DROP\s+TABLE\b/i.test(s)));
 
 // A fresh database per run: the first two tests', then per rebuild an
-// uninterrupted run, one per statement it can stop after, and one failing.
-const DATABASES = 2 + REBUILDS.reduce((n, file) => n + statementsOf(file).length + 2, 0);
+// uninterrupted run, one per statement it can stop after, one with a write
+// in between, and one failing.
+const DATABASES = 2 + REBUILDS.reduce((n, file) => n + statementsOf(file).length + 3, 0);
 // The worker runs each batch on the database it names, one call per batch:
 // through Miniflare's D1 proxy each prepare() is a call too (3x as slow).
 const SCRIPT = `export default {
@@ -218,6 +219,19 @@ for (const file of REBUILDS) {
         // statement by statement commits them.
         for (const s of statements.slice(0, k)) await batch(db, [s]);
         assert.deepEqual(await finish(db), expected);
+      });
+    }
+
+    const copyOutbox = statements.findIndex((s) => /^INSERT INTO outbox_new/i.test(s));
+    if (copyOutbox >= 0) {
+      test("stopped after copying the outbox, a row the worker updates meanwhile keeps its update", async () => {
+        const db = await seeded();
+        for (const s of statements.slice(0, copyOutbox + 1)) await batch(db, [s]);
+        const [{ key }] = await rows(db, "SELECT min(idempotency_key) AS key FROM outbox");
+        await rows(db, "UPDATE outbox SET status = 'sent', attempts = attempts + 1 WHERE idempotency_key = ?", key);
+        const [updated] = await rows(db, "SELECT * FROM outbox WHERE idempotency_key = ?", key);
+        await finish(db);
+        assert.deepEqual((await rows(db, "SELECT * FROM outbox WHERE idempotency_key = ?", key))[0], updated);
       });
     }
 

@@ -16,7 +16,7 @@ use serde::Serialize;
 use worker::{Env, Method, Request, Response, Result};
 
 use super::queries::{self, EventFilter, Listing};
-use super::{admin_token, authorization, bearer_ok, decode, guard, Closed, Denied, Query};
+use super::{admin_token, bearer, decode, guard, token_matches, Closed, Denied, Query};
 use crate::d1::{self, Json};
 use crate::inbox::client::{self, ActionResult, Answer};
 use crate::inbox::state::Outcome;
@@ -30,9 +30,8 @@ pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
         Err(Closed::Unset) => return Response::error("not found", 404),
         Err(Closed::Misconfigured) => return Response::error("misconfigured", 500),
     };
-    let authorization = authorization(&req);
-    let checked = match &authorization {
-        Some(presented) => guard(env, &req, bearer_ok(presented, &token)).await,
+    let checked = match bearer(&req) {
+        Some(presented) => guard(env, &req, token_matches(&token, &presented)).await,
         None => Err(Denied::Wrong),
     };
     if let Err(denied) = checked {

@@ -13,20 +13,16 @@
 
 use worker::{Env, Headers, Method, Request, Response, Result};
 
-use serde::Serialize;
-
+use super::actions::{Action, Audit, NOTICES};
 use super::html::{escape, page};
 use super::{
-    admin_token, decode, form_token, form_token_ok, guard, pages, queries, session_id,
-    session_valid, session_value, token_matches, Closed, Denied,
+    admin_token, decode, form_token, form_token_ok, guard, pages, session_id, session_valid,
+    session_value, token_matches, Closed, Denied,
 };
 use crate::admin_guard;
 use crate::clock::now_ms;
 use crate::config;
-use crate::event::dedupe_key;
 use crate::http::{self, BodyError};
-use crate::inbox::client::{self, ActionResult};
-use crate::inbox::state::Outcome;
 use crate::log;
 
 const COOKIE: &str = "admin_session";
@@ -48,6 +44,13 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
         }
     };
     match (req.method(), path) {
+        // Only from the dashboard's own form: another site must not spend
+        // an operator's failures (a cross-site post comes from the
+        // operator's own address). Not counted.
+        (Method::Post, "/admin/login") if !same_origin(&req) => {
+            let refused = page(403, "Refused", "<p>A cross-site request was refused.</p>");
+            unread(&mut req, refused).await
+        }
         (Method::Post, "/admin/login") => {
             // Read under a small cap, as a stream: a token form is tiny, and
             // an endless chunked body must not fill the isolate's memory.
@@ -62,6 +65,10 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
                 .find(|(name, _)| name == "token")
                 .map(|(_, value)| value.into_owned())
                 .unwrap_or_default();
+            if presented.is_empty() {
+                // No guess: not counted.
+                return page(401, "Sign in", &login_form(Some("Enter the admin token.")));
+            }
             if let Err(denied) = guard(env, &req, token_matches(&token, &presented)).await {
                 let why = match denied {
                     Denied::Wrong => "That is not the admin token.".to_string(),
@@ -204,106 +211,6 @@ async fn signed_in(
 /// Largest action form read: it holds one token.
 const ACTION_FORM_MAX_BYTES: usize = 1024;
 
-/// The audit line of an operator's action: who (the session, by a digest
-/// of its cookie, never the token), what, on what, and how it ended.
-#[derive(Serialize)]
-struct Audit {
-    msg: &'static str,
-    action: &'static str,
-    target: String,
-    outcome: &'static str,
-    session: String,
-}
-
-/// An operator's action, by its path (segments as sent, percent-encoded).
-enum Action<'a> {
-    /// One more attempt at an event (a no-op if its effect committed).
-    Replay { source: &'a str, id: &'a str },
-    /// A decision not to apply a failed event.
-    Dismiss { source: &'a str, id: &'a str },
-    /// A dead side effect made due again.
-    Requeue { key: &'a str },
-}
-
-impl<'a> Action<'a> {
-    fn parse(path: &'a str) -> Option<Self> {
-        if let Some(key) = path
-            .strip_prefix("/admin/outbox/")
-            .and_then(|rest| rest.strip_suffix("/requeue"))
-            .filter(|key| !key.contains('/'))
-        {
-            return Some(Action::Requeue { key });
-        }
-        let (event, action) = path.strip_prefix("/admin/events/")?.rsplit_once('/')?;
-        let (source, id) = event.split_once('/')?;
-        match action {
-            "replay" => Some(Action::Replay { source, id }),
-            "dismiss" => Some(Action::Dismiss { source, id }),
-            _ => None,
-        }
-    }
-
-    fn name(&self) -> &'static str {
-        match self {
-            Action::Replay { .. } => "replay",
-            Action::Dismiss { .. } => "dismiss",
-            Action::Requeue { .. } => "requeue",
-        }
-    }
-
-    /// The event's key, or the side effect's.
-    fn target(&self) -> String {
-        match self {
-            Action::Replay { source, id } | Action::Dismiss { source, id } => {
-                dedupe_key(&decode(source), &decode(id))
-            }
-            Action::Requeue { key } => decode(key),
-        }
-    }
-
-    /// The page to go back to: the event's, or the overview.
-    fn back(&self) -> String {
-        match self {
-            Action::Replay { source, id } | Action::Dismiss { source, id } => {
-                format!("/admin/events/{source}/{id}")
-            }
-            Action::Requeue { .. } => "/admin".into(),
-        }
-    }
-
-    /// Does it; returns what happened, as one of [`NOTICES`]' codes.
-    async fn run(&self, env: &Env) -> &'static str {
-        let (source, id) = match self {
-            Action::Requeue { key } => {
-                return match queries::requeue(env, &decode(key)).await {
-                    Ok(true) => "requeued",
-                    Ok(false) => "not-dead",
-                    Err(_) => "not-done",
-                };
-            }
-            Action::Replay { source, id } | Action::Dismiss { source, id } => {
-                (decode(source), decode(id))
-            }
-        };
-        let result = match self {
-            Action::Dismiss { .. } => client::dismiss(env, &source, &id).await,
-            _ => client::replay(env, &source, &id).await,
-        };
-        match result {
-            Ok(ActionResult::Done(answer)) => match answer.outcome {
-                Outcome::Processed => "applied",
-                Outcome::Duplicate => "no-op",
-                Outcome::Failed => "failed-again",
-                Outcome::Accepted => "in-flight",
-                Outcome::Dismissed => "dismissed",
-            },
-            Ok(ActionResult::NoEvent) => "no-event",
-            Ok(ActionResult::NotFailed) => "not-failed",
-            Ok(ActionResult::Failed(_)) | Err(_) => "not-done",
-        }
-    }
-}
-
 /// The request's valid session cookie, if any: made under this token,
 /// within the session lifetime (`ADMIN_SESSION_TTL`, default 12 h).
 fn session(req: &Request, token: &str, env: &Env) -> Result<Option<String>> {
@@ -342,32 +249,6 @@ fn same_origin(req: &Request) -> bool {
         .unwrap_or_default();
     header("origin").is_none_or(|origin| origin == own_origin)
 }
-
-/// What an action did, by the code in the page's `?done=`.
-const NOTICES: [(&str, &str); 10] = [
-    ("applied", "Replayed: the effect was applied, once."),
-    ("no-op", "No-op: the effect had already been applied."),
-    (
-        "failed-again",
-        "Replayed: the attempt failed again; the event stays failed.",
-    ),
-    (
-        "in-flight",
-        "An attempt is already in flight; look again shortly.",
-    ),
-    ("dismissed", "Dismissed: the event will not be applied."),
-    ("no-event", "The inbox holds no such event."),
-    ("not-failed", "Only a failed event can be dismissed."),
-    (
-        "not-done",
-        "Not done: the inbox or D1 did not answer; try again.",
-    ),
-    (
-        "requeued",
-        "Requeued: the side effect will be tried again, with the same key.",
-    ),
-    ("not-dead", "Only a dead side effect can be requeued."),
-];
 
 /// Answers 303 to `/admin`, setting the session cookie (empty and expired
 /// to sign out).

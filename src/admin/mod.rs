@@ -11,6 +11,8 @@
 //! To add an endpoint: a query in `queries.rs` if it reads something new,
 //! and an arm in `api::handle` (or `dashboard::handle`).
 
+#[cfg(feature = "dashboard")]
+mod actions;
 #[cfg(feature = "admin")]
 pub mod api;
 #[cfg(feature = "dashboard")]
@@ -135,19 +137,13 @@ pub fn token_matches(token: &str, presented: &str) -> bool {
     expected.matches(&given.bytes())
 }
 
-/// The request's `Authorization` header, if it presents a credential at
-/// all: a request without one makes no guess, and is not counted.
+/// The token a request presents as `Authorization: Bearer <token>`, if
+/// any: a request without one makes no guess, and is not counted.
 #[cfg(feature = "admin")]
-pub fn authorization(req: &Request) -> Option<String> {
-    req.headers().get("authorization").ok().flatten()
-}
-
-/// Whether the header is `Bearer <token>`.
-#[cfg(feature = "admin")]
-pub fn bearer_ok(authorization: &str, token: &str) -> bool {
-    authorization
-        .strip_prefix("Bearer ")
-        .is_some_and(|p| token_matches(token, p))
+pub fn bearer(req: &Request) -> Option<String> {
+    let header = req.headers().get("authorization").ok().flatten()?;
+    let token = header.strip_prefix("Bearer ")?;
+    (!token.is_empty()).then(|| token.to_string())
 }
 
 #[cfg(feature = "dashboard")]

@@ -154,10 +154,18 @@ impl EventInbox {
             Ok(Recorded::AlreadyHandled) => {
                 // The ledger holds the event: its effect committed after all
                 // (a lost reply), or an operator's dismissal did whose reply
-                // was lost. Nothing is owed: it is done.
+                // was lost. Nothing is owed: it is done, and no longer
+                // listed, should an earlier report whose reply was lost have
+                // listed it; if D1 refuses that, the alarm tries again.
                 self.store
                     .settle_as_done(EventState::Failed, Some(now_ms()))?;
-                self.set_alarm_in(settings.retention_ms).await
+                self.store.set_reported(true)?;
+                let next = if self.resolve_report(&row.event).await {
+                    settings.retention_ms
+                } else {
+                    settings.backoff_ms(row.effect_attempts.max(1))
+                };
+                self.set_alarm_in(next).await
             }
             Err(e) => {
                 log::error(

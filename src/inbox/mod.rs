@@ -40,7 +40,7 @@ use self::client::{Answer, Handoff, BAD_HANDOFF, NOT_STORED, UNPLANNABLE};
 use self::state::{AlarmTask, EventState, Held, Outcome, Rest};
 use self::store::{Claim, EventRow, Store};
 use crate::clock::now_ms;
-use crate::config::{ConfigError, InboxSettings};
+use crate::config::{ConfigError, InboxSettings, EFFECT_MAX_RETRY_DELAY_MS};
 use crate::effects;
 use crate::event::VerifiedEvent;
 use crate::fault::Fault;
@@ -223,12 +223,16 @@ impl EventInbox {
         let answer = match claim {
             Claim::First => {
                 // Armed before the first attempt, so a crash from here on is
-                // retried. Should arming fail, the reply is an error, and the
-                // sender's retry, a copy, arms it (below).
+                // retried. Should arming fail, the attempt goes ahead: it
+                // arms the alarm again, for its retry or for retention. The
+                // fault stops here instead, as a crash would: then the
+                // sender's retry, a copy, arms it (`ensure_alarm`).
                 if fault == Some(Fault::FailSetAlarm) {
                     return Err("injected fault: setting the alarm".into());
                 }
-                self.set_alarm_in(settings.retry_base_ms).await?;
+                if let Err(e) = self.set_alarm_in(settings.retry_base_ms).await {
+                    log::error(&Line::new("alarm_not_set").key(&event.key()).error(e));
+                }
                 if fault == Some(Fault::LoseReply) {
                     return Err("injected fault: the reply is lost".into());
                 }
@@ -246,20 +250,34 @@ impl EventInbox {
             // A new copy of a failed event reopens it for one more attempt:
             // a merchant's "resend" after an outage is answered by applying it.
             Claim::Held(EventState::Failed) => self.reopen(settings).await?,
-            Claim::Held(_) => {
-                self.ensure_alarm(&event, settings).await?;
+            Claim::Held(state) => {
+                self.ensure_alarm(&event, state, settings).await?;
                 Outcome::Duplicate.into()
             }
         };
         Response::from_json(&answer)
     }
 
-    /// For a copy: while the event row exists an alarm must be set. One
-    /// is missing only if arming it failed after the claim; the alarm it
-    /// arms now finds what is left to do. Should this fail too, the copy's
-    /// reply is an error, and the sender retries.
-    async fn ensure_alarm(&self, event: &VerifiedEvent, settings: &InboxSettings) -> Result<()> {
-        if self.state.storage().get_alarm().await?.is_some() {
+    /// For a copy: while the event row exists an alarm must be set, and
+    /// for an unfinished event, within the longest retry delay. One is
+    /// missing (or a retention away) only if arming it failed after the
+    /// claim or a reopening; the alarm armed now finds what is left to do.
+    /// Should this fail too, the copy's reply is an error, and the sender
+    /// retries.
+    async fn ensure_alarm(
+        &self,
+        event: &VerifiedEvent,
+        state: EventState,
+        settings: &InboxSettings,
+    ) -> Result<()> {
+        let latest = match state {
+            EventState::Received => {
+                now_ms() + EFFECT_MAX_RETRY_DELAY_MS.max(settings.retry_base_ms)
+            }
+            _ => i64::MAX,
+        };
+        let alarm = self.state.storage().get_alarm().await?;
+        if alarm.is_some_and(|at| at <= latest) {
             return Ok(());
         }
         log::warn(&Line::new("alarm_rearmed").key(&event.key()));

@@ -1,0 +1,136 @@
+//! The dashboard's actions — Replay, Dismiss, Requeue — by their paths, what
+//! each did as the page after it says, and the audit line of each.
+
+use serde::Serialize;
+use worker::Env;
+
+use super::{decode, queries};
+use crate::event::dedupe_key;
+use crate::inbox::client::{self, ActionResult};
+use crate::inbox::state::Outcome;
+
+/// The audit line of an operator's action: who (the session, by a digest
+/// of its cookie, never the token), what, on what, and how it ended.
+#[derive(Serialize)]
+pub(super) struct Audit {
+    pub(super) msg: &'static str,
+    pub(super) action: &'static str,
+    pub(super) target: String,
+    pub(super) outcome: &'static str,
+    pub(super) session: String,
+}
+
+/// An operator's action, by its path (segments as sent, percent-encoded).
+pub(super) enum Action<'a> {
+    /// One more attempt at an event (a no-op if its effect committed).
+    Replay { source: &'a str, id: &'a str },
+    /// A decision not to apply a failed event.
+    Dismiss { source: &'a str, id: &'a str },
+    /// A dead side effect made due again.
+    Requeue { key: &'a str },
+}
+
+impl<'a> Action<'a> {
+    pub(super) fn parse(path: &'a str) -> Option<Self> {
+        if let Some(key) = path
+            .strip_prefix("/admin/outbox/")
+            .and_then(|rest| rest.strip_suffix("/requeue"))
+            .filter(|key| !key.contains('/'))
+        {
+            return Some(Action::Requeue { key });
+        }
+        let (event, action) = path.strip_prefix("/admin/events/")?.rsplit_once('/')?;
+        let (source, id) = event.split_once('/')?;
+        match action {
+            "replay" => Some(Action::Replay { source, id }),
+            "dismiss" => Some(Action::Dismiss { source, id }),
+            _ => None,
+        }
+    }
+
+    pub(super) fn name(&self) -> &'static str {
+        match self {
+            Action::Replay { .. } => "replay",
+            Action::Dismiss { .. } => "dismiss",
+            Action::Requeue { .. } => "requeue",
+        }
+    }
+
+    /// The event's key, or the side effect's.
+    pub(super) fn target(&self) -> String {
+        match self {
+            Action::Replay { source, id } | Action::Dismiss { source, id } => {
+                dedupe_key(&decode(source), &decode(id))
+            }
+            Action::Requeue { key } => decode(key),
+        }
+    }
+
+    /// The page to go back to: the event's, or the overview.
+    pub(super) fn back(&self) -> String {
+        match self {
+            Action::Replay { source, id } | Action::Dismiss { source, id } => {
+                format!("/admin/events/{source}/{id}")
+            }
+            Action::Requeue { .. } => "/admin".into(),
+        }
+    }
+
+    /// Does it; returns what happened, as one of [`NOTICES`]' codes.
+    pub(super) async fn run(&self, env: &Env) -> &'static str {
+        let (source, id) = match self {
+            Action::Requeue { key } => {
+                return match queries::requeue(env, &decode(key)).await {
+                    Ok(true) => "requeued",
+                    Ok(false) => "not-dead",
+                    Err(_) => "not-done",
+                };
+            }
+            Action::Replay { source, id } | Action::Dismiss { source, id } => {
+                (decode(source), decode(id))
+            }
+        };
+        let result = match self {
+            Action::Dismiss { .. } => client::dismiss(env, &source, &id).await,
+            _ => client::replay(env, &source, &id).await,
+        };
+        match result {
+            Ok(ActionResult::Done(answer)) => match answer.outcome {
+                Outcome::Processed => "applied",
+                Outcome::Duplicate => "no-op",
+                Outcome::Failed => "failed-again",
+                Outcome::Accepted => "in-flight",
+                Outcome::Dismissed => "dismissed",
+            },
+            Ok(ActionResult::NoEvent) => "no-event",
+            Ok(ActionResult::NotFailed) => "not-failed",
+            Ok(ActionResult::Failed(_)) | Err(_) => "not-done",
+        }
+    }
+}
+
+/// What an action did, by the code in the page's `?done=`.
+pub(super) const NOTICES: [(&str, &str); 10] = [
+    ("applied", "Replayed: the effect was applied, once."),
+    ("no-op", "No-op: the effect had already been applied."),
+    (
+        "failed-again",
+        "Replayed: the attempt failed again; the event stays failed.",
+    ),
+    (
+        "in-flight",
+        "An attempt is already in flight; look again shortly.",
+    ),
+    ("dismissed", "Dismissed: the event will not be applied."),
+    ("no-event", "The inbox holds no such event."),
+    ("not-failed", "Only a failed event can be dismissed."),
+    (
+        "not-done",
+        "Not done: the inbox or D1 did not answer; try again.",
+    ),
+    (
+        "requeued",
+        "Requeued: the side effect will be tried again, with the same key.",
+    ),
+    ("not-dead", "Only a dead side effect can be requeued."),
+];

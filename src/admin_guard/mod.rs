@@ -1,0 +1,110 @@
+//! `AdminGuard`: the Durable Objects that stand between a guesser and the
+//! admin token. One object per client counts that client's failures; one
+//! object counts everyone's; one object per signed-out session remembers
+//! it until it would have expired. Every count is exact: each decision is
+//! synchronous SQL in its object, with no `.await` between reading a count
+//! and writing it, however many guesses arrive at once. A client with the
+//! right token and no failures touches only its own object: a flood from
+//! other clients never stands in its way.
+//!
+//! The token is checked first, in the worker, in constant time; the guard
+//! then decides what the answer may say. A client past its limit is
+//! refused (429) whether or not its token was right, so it learns nothing
+//! more. When failures pile up overall (many addresses guessing), each
+//! client may fail [`policy::PRESSED_CLIENT_FAILURES`] times per window instead of
+//! [`policy::CLIENT_FAILURES`]; a client learns of it at its next failure. Every
+//! object deletes itself when its window, or its session, ends.
+//!
+//! Built into every build, with or without the admin surface:
+//! `wrangler.toml` binds it, and one configuration deploys any feature set.
+
+mod object;
+pub mod policy;
+
+use worker::{Env, Method, Request, Response, Result};
+
+use self::policy::client_of;
+pub use self::policy::Verdict;
+use crate::config::GUARD_BINDING;
+use crate::http;
+use crate::log::{self, Line};
+
+pub use self::object::AdminGuard;
+
+/// Checks a presented credential (`valid`: whether it matched) against the
+/// request's client's failures, counting it if wrong.
+pub async fn attempt(env: &Env, req: &Request, valid: bool) -> Result<Verdict> {
+    let address = req.headers().get("cf-connecting-ip")?;
+    let client = format!("client:{}", client_of(address.as_deref()));
+    let valid = if valid { "1" } else { "0" };
+    let mut answer = call(env, &client, Method::Post, ATTEMPT, &[("valid", valid)]).await?;
+    let verdict = Verdict::parse(&answer.text().await?).ok_or("admin guard: unreadable verdict")?;
+    if verdict == Verdict::Wrong {
+        // Counted overall too; under pressure, the client is told, so its
+        // next failures count against the lower limit. Best effort: the
+        // client's own count already stands.
+        if let Err(e) = count_overall(env, &client).await {
+            log::error(&Line::new("admin_guard_failed").error(e));
+        }
+    }
+    Ok(verdict)
+}
+
+async fn count_overall(env: &Env, client: &str) -> Result<()> {
+    let mut answer = call(env, EVERYONE, Method::Post, COUNT, &[]).await?;
+    let until = answer.text().await?;
+    if until != "0" {
+        call(env, client, Method::Post, PRESSED, &[("until", &until)]).await?;
+    }
+    Ok(())
+}
+
+/// Revokes the session `id` (a digest of its cookie) until `until` (ms),
+/// when it would have expired anyway.
+pub async fn revoke(env: &Env, id: &str, until: i64) -> Result<()> {
+    let until = until.to_string();
+    let name = format!("session:{id}");
+    call(env, &name, Method::Post, REVOKE, &[("until", &until)]).await?;
+    Ok(())
+}
+
+/// Whether the session `id` was signed out.
+pub async fn revoked(env: &Env, id: &str) -> Result<bool> {
+    let name = format!("session:{id}");
+    let mut answer = call(env, &name, Method::Get, REVOKED, &[]).await?;
+    Ok(answer.text().await? == "revoked")
+}
+
+const ATTEMPT: &str = "/attempt";
+const COUNT: &str = "/count";
+const PRESSED: &str = "/pressed";
+const REVOKE: &str = "/revoke";
+const REVOKED: &str = "/revoked";
+
+/// The object counting everyone's failures; no client's name looks like it.
+const EVERYONE: &str = "everyone";
+
+/// One call to the guard named `name`; anything but a 2xx is an error
+/// (the caller fails closed).
+async fn call(
+    env: &Env,
+    name: &str,
+    method: Method,
+    path: &str,
+    params: &[(&str, &str)],
+) -> Result<Response> {
+    let stub = env.durable_object(GUARD_BINDING)?.get_by_name(name)?;
+    let query = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(params)
+        .finish();
+    let url = format!("https://guard{path}?{query}");
+    let request = match method {
+        Method::Post => http::post(&url, "", &[])?,
+        _ => Request::new(&url, method)?,
+    };
+    let response = stub.fetch_with_request(request).await?;
+    match response.status_code() {
+        200..=299 => Ok(response),
+        status => Err(format!("admin guard answered {status}").into()),
+    }
+}
