@@ -121,14 +121,23 @@ pub async fn dismiss(env: &Env, event: &VerifiedEvent) -> Result<Applied> {
     if applied == Applied::Now {
         return Ok(applied);
     }
+    if dismissed(env, event).await? {
+        return Ok(Applied::Now);
+    }
+    resolve(env, &event.source, &event.id).await?;
+    Ok(applied)
+}
+
+/// Whether an operator's dismissal of the event committed (its reply may
+/// have been lost): the ledger then holds the event, unapplied.
+pub async fn dismissed(env: &Env, event: &VerifiedEvent) -> Result<bool> {
     let dismissed = Statement::new(
         "SELECT 'yes' AS dismissed FROM failed_events \
          WHERE source = ?1 AND event_id = ?2 AND dismissed_at IS NOT NULL",
         vec![event.source.as_str().into(), event.id.as_str().into()],
     );
-    if db.text(&dismissed, "dismissed").await?.is_some() {
-        return Ok(Applied::Now);
-    }
-    resolve(env, &event.source, &event.id).await?;
-    Ok(applied)
+    Ok(Db::from_env(env)?
+        .text(&dismissed, "dismissed")
+        .await?
+        .is_some())
 }

@@ -44,16 +44,20 @@ pub enum Fault {
     /// The same, with the tables an upgrade interrupted half-way left: a
     /// new delivery log, and the older one renamed but not yet copied.
     InterruptedUpgrade,
-    /// The claim is stored, then arming its alarm fails: the event is held
-    /// with no alarm until a copy arrives.
+    /// The claim is stored, then arming its alarm fails (an error); the
+    /// first attempt goes ahead all the same.
     FailSetAlarm,
+    /// The claim is stored, then the inbox stops before arming its alarm,
+    /// as a crash would: the event is held with no alarm until a copy
+    /// arrives.
+    CrashBeforeArming,
     /// Every effect attempt fails until this time (ms); the failure report
     /// commits, and its reply comes 3 s late, so a copy can reopen the
     /// event while the report is still awaited.
     ReportLate(i64),
-    /// Every effect attempt fails until this time (ms); the failure report
-    /// commits, and its reply is lost (an error).
-    ReportReplyLost(i64),
+    /// Every effect attempt fails until the first time (ms); the failure
+    /// report commits, and its reply is lost (an error) until the second.
+    ReportReplyLost(i64, i64),
 }
 
 impl Fault {
@@ -68,8 +72,12 @@ impl Fault {
         if let Some(until) = name.strip_prefix("report-late:") {
             return until.parse().ok().map(Fault::ReportLate);
         }
-        if let Some(until) = name.strip_prefix("report-reply-lost:") {
-            return until.parse().ok().map(Fault::ReportReplyLost);
+        if let Some(times) = name.strip_prefix("report-reply-lost:") {
+            let (effect, reply) = times.split_once(':')?;
+            return Some(Fault::ReportReplyLost(
+                effect.parse().ok()?,
+                reply.parse().ok()?,
+            ));
         }
         Some(match name {
             "fail-before-effect" => Fault::FailBeforeEffect,
@@ -82,6 +90,7 @@ impl Fault {
             "older-tables" => Fault::OlderTables,
             "interrupted-upgrade" => Fault::InterruptedUpgrade,
             "fail-set-alarm" => Fault::FailSetAlarm,
+            "crash-before-arming" => Fault::CrashBeforeArming,
             _ => return None,
         })
     }
@@ -100,8 +109,9 @@ impl Fault {
             Fault::OlderTables => "older-tables".into(),
             Fault::InterruptedUpgrade => "interrupted-upgrade".into(),
             Fault::FailSetAlarm => "fail-set-alarm".into(),
+            Fault::CrashBeforeArming => "crash-before-arming".into(),
             Fault::ReportLate(until) => format!("report-late:{until}"),
-            Fault::ReportReplyLost(until) => format!("report-reply-lost:{until}"),
+            Fault::ReportReplyLost(effect, reply) => format!("report-reply-lost:{effect}:{reply}"),
         }
     }
 
@@ -118,7 +128,7 @@ impl Fault {
             Fault::EffectAlwaysFails
                 | Fault::D1DownUntil(_)
                 | Fault::ReportLate(_)
-                | Fault::ReportReplyLost(_)
+                | Fault::ReportReplyLost(..)
         );
         lasting || attempts == 0
     }
@@ -126,7 +136,7 @@ impl Fault {
     /// Whether an injected outage of the effect alone (not of the failure
     /// report) is going on at `now` (ms).
     pub fn effect_down(fault: Option<Fault>, now: i64) -> bool {
-        matches!(fault, Some(Fault::ReportLate(until) | Fault::ReportReplyLost(until)) if now < until)
+        matches!(fault, Some(Fault::ReportLate(until) | Fault::ReportReplyLost(until, _)) if now < until)
     }
 
     /// Whether an injected D1 outage is going on at `now` (ms).
@@ -168,8 +178,9 @@ mod tests {
             Fault::OlderTables,
             Fault::InterruptedUpgrade,
             Fault::FailSetAlarm,
+            Fault::CrashBeforeArming,
             Fault::ReportLate(1_700_000_000_000),
-            Fault::ReportReplyLost(1_700_000_000_000),
+            Fault::ReportReplyLost(1_700_000_000_000, 1_700_000_001_000),
         ] {
             let json = serde_json::to_string(&fault).unwrap();
             assert_eq!(json, format!("\"{}\"", fault.name()));
@@ -188,7 +199,10 @@ mod tests {
         assert!(Fault::d1_down(Some(Fault::D1DownUntil(10)), 9));
         assert!(!Fault::d1_down(Some(Fault::D1DownUntil(10)), 10));
         assert!(Fault::effect_down(Some(Fault::ReportLate(10)), 9));
-        assert!(!Fault::effect_down(Some(Fault::ReportReplyLost(10)), 10));
+        assert!(!Fault::effect_down(
+            Some(Fault::ReportReplyLost(10, 20)),
+            10
+        ));
         assert!(
             !Fault::d1_down(Some(Fault::ReportLate(10)), 9),
             "the report is written"

@@ -6,12 +6,13 @@ import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 
-import { checkoutCompleted, githubHeaders, stripeHeaders, uniqueId } from "./support/sign.mjs";
+import { checkoutCompleted, githubHeaders, starEvent, stripeHeaders, uniqueId } from "./support/sign.mjs";
 import { SECRETS, eventually, startWorker } from "./support/worker.mjs";
 
 const STRIPE = "whsec_test_current";
 const TOKEN = "operator-admin-token-0123456789abcdef";
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const WINDOW_MS = 15 * 60 * 1000; // src/admin_guard/policy.rs
 const reply = async (res) => ({ status: res.status, body: await res.json() });
 
 describe("a failed listing heals when the event ends done", () => {
@@ -44,7 +45,7 @@ describe("a failed listing heals when the event ends done", () => {
     const body = checkoutCompleted();
     const id = JSON.parse(body).id;
     const until = Date.now() + 1_500;
-    const first = await reply(await send(body, { "x-test-fault": `report-reply-lost:${until}` }));
+    const first = await reply(await send(body, { "x-test-fault": `report-reply-lost:${until}:${until + 60_000}` }));
     assert.equal(first.body.outcome, "failed");
     assert.equal(await listed(id), 1, "written, though the inbox never heard so");
     assert.equal((await w.inboxState(`stripe:${id}`)).reported, false);
@@ -58,13 +59,55 @@ describe("a failed listing heals when the event ends done", () => {
   });
 });
 
+describe("a failed listing heals when the event ends done (continued)", () => {
+  test("a report whose reply was lost, then the same body applied under another id: the listing goes", async () => {
+    const w = await startWorker({ ADMIN_TOKEN: TOKEN, EFFECT_MAX_ATTEMPTS: "1", EFFECT_RETRY_BASE_MS: "100" });
+    try {
+      const body = starEvent({ repo: `octo/${uniqueId("heal")}` });
+      const [failing, applied] = [uniqueId("d"), uniqueId("d")];
+      const send = (delivery, headers = {}) =>
+        w.post("/webhooks/github", body, { ...githubHeaders(body, SECRETS.GITHUB_WEBHOOK_SECRET, { delivery, event: "star" }), ...headers });
+      const now = Date.now();
+      // Its effect never commits; its report is written, and for 1.5 s
+      // every reply to it is lost.
+      const first = await reply(await send(failing, { "x-test-fault": `report-reply-lost:${now + 60_000}:${now + 1_500}` }));
+      assert.equal(first.body.outcome, "failed");
+      const listed = () => w.scalar("SELECT count(*) FROM failed_events WHERE event_id = ?", failing);
+      assert.equal(await listed(), 1);
+      // GitHub's redelivery of the same body comes under a new id.
+      assert.equal((await reply(await send(applied))).body.outcome, "processed");
+      // The next report finds the body applied: done, and no longer listed.
+      await eventually(async () => (await w.inboxState(`github:${failing}`)).state === "done", 10_000, "the report to settle it");
+      await eventually(async () => (await listed()) === 0, 5_000, "the listing to go");
+    } finally {
+      await w.dispose();
+    }
+  });
+});
+
 describe("while an event's row exists, its inbox has an alarm", () => {
-  test("arming the alarm failed after the claim: the sender's retry re-arms it, and the effect happens", async () => {
+  test("arming the alarm fails after the claim: the first attempt goes ahead", async () => {
     const w = await startWorker({ EFFECT_RETRY_BASE_MS: "100" });
     try {
       const body = checkoutCompleted();
       const id = JSON.parse(body).id;
-      const first = await reply(await w.post("/webhooks/stripe", body, { ...stripeHeaders(body, STRIPE), "x-test-fault": "fail-set-alarm" }));
+      const res = await reply(await w.post("/webhooks/stripe", body, { ...stripeHeaders(body, STRIPE), "x-test-fault": "fail-set-alarm" }));
+      assert.deepEqual(res, { status: 200, body: { outcome: "processed", key: `stripe:${id}` } });
+      const held = await w.inboxState(`stripe:${id}`);
+      assert.equal(held.state, "done");
+      assert.ok(held.next_wake_up_at > Date.now() + 60_000, "armed for retention by the attempt");
+      assert.ok(w.logged("alarm_not_set").some((l) => l.key === `stripe:${id}`));
+    } finally {
+      await w.dispose();
+    }
+  });
+
+  test("a crash before arming the alarm: the sender's retry re-arms it, and the effect happens", async () => {
+    const w = await startWorker({ EFFECT_RETRY_BASE_MS: "100" });
+    try {
+      const body = checkoutCompleted();
+      const id = JSON.parse(body).id;
+      const first = await reply(await w.post("/webhooks/stripe", body, { ...stripeHeaders(body, STRIPE), "x-test-fault": "crash-before-arming" }));
       assert.deepEqual(first, { status: 503, body: { error: "unconfirmed" } });
       const held = await w.inboxState(`stripe:${id}`);
       assert.deepEqual([held.state, held.next_wake_up_at], ["received", null]);
@@ -110,6 +153,9 @@ describe("the admin token", () => {
 describe("guessing the admin token", () => {
   let w;
   before(async () => {
+    // Failures count in fixed 15-minute windows: start well inside one.
+    const left = WINDOW_MS - (Date.now() % WINDOW_MS);
+    if (left < 60_000) await sleep(left + 100);
     w = await startWorker({ ADMIN_TOKEN: TOKEN });
   });
   after(() => w.dispose());

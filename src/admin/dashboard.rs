@@ -88,8 +88,8 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
         // another site must not be able to sign an operator out.
         (Method::Post, "/admin/logout") if same_origin(&req) => {
             if let Some(session) = session(&req, &token, env)? {
-                // A session valid now expires within the lifetime from now.
-                let until = now_ms() + config::admin_session_ttl_ms(env)?;
+                // Remembered as long as any session can last.
+                let until = now_ms() + config::ADMIN_SESSION_TTL_MAX_MS;
                 if let Err(e) = admin_guard::revoke(env, &session_id(&session), until).await {
                     log::error(&log::Line::new("admin_sign_out_failed").error(e));
                     let failed = page(

@@ -40,8 +40,9 @@ impl DurableObject for AdminGuard {
             form_urlencoded::parse(query.as_bytes())
                 .find(|(n, _)| n == name)
                 .and_then(|(_, v)| v.parse::<i64>().ok())
-                .unwrap_or_default()
         };
+        // A time that must be given, and in the future.
+        let until = || param("until").filter(|until| *until > now_ms());
         let now = now_ms();
         let window = now.div_euclid(WINDOW_MS);
         let window_end = (window + 1) * WINDOW_MS;
@@ -51,7 +52,8 @@ impl DurableObject for AdminGuard {
         let (answer, write) = match (req.method(), req.path().as_str()) {
             (Method::Post, ATTEMPT) => {
                 let pressed = row.pressed_until > now;
-                let verdict = decide(row.failures, pressed, param("valid") == 1, window_end - now);
+                let valid = param("valid") == Some(1);
+                let verdict = decide(row.failures, pressed, valid, window_end - now);
                 let write = match verdict {
                     Verdict::Wrong => Some(("failures", row.failures + 1, window_end)),
                     // A success clears the client's own count (a typo or two).
@@ -69,17 +71,14 @@ impl DurableObject for AdminGuard {
                 };
                 (until.to_string(), Some(("failures", failures, window_end)))
             }
-            (Method::Post, PRESSED) => {
-                let until = param("until");
-                (
-                    String::new(),
-                    Some(("pressed_until", until, until.max(window_end))),
-                )
-            }
-            (Method::Post, REVOKE) => {
-                let until = param("until");
-                (String::new(), Some(("revoked_until", until, until)))
-            }
+            (Method::Post, PRESSED) => match until() {
+                Some(until) => (String::new(), Some(("pressed_until", until, until))),
+                None => return Response::error("no until", 400),
+            },
+            (Method::Post, REVOKE) => match until() {
+                Some(until) => (String::new(), Some(("revoked_until", until, until))),
+                None => return Response::error("no until", 400),
+            },
             (Method::Get, REVOKED) => {
                 let revoked = row.revoked_until > now;
                 let answer = if revoked { "revoked" } else { "valid" };
@@ -89,7 +88,9 @@ impl DurableObject for AdminGuard {
         };
         if let Some((column, value, forget_at)) = write {
             self.set(column, value, window)?;
-            self.forget_at(forget_at).await?;
+            // Should arming fail, the next write arms it; a session's row
+            // then outlives its alarm, harmlessly: it only says "revoked".
+            self.forget_at(forget_at.max(window_end)).await?;
         }
         Response::ok(answer)
     }
@@ -97,8 +98,15 @@ impl DurableObject for AdminGuard {
     /// The object has outlived what it counts: it forgets everything.
     async fn alarm(&self) -> Result<Response> {
         let now = now_ms();
-        let row = self.row(now.div_euclid(WINDOW_MS))?;
-        let keep_until = row.pressed_until.max(row.revoked_until);
+        let window = now.div_euclid(WINDOW_MS);
+        let row = self.row(window)?;
+        // Failures of the window now running count until it ends.
+        let counting_until = if row.failures > 0 {
+            (window + 1) * WINDOW_MS
+        } else {
+            0
+        };
+        let keep_until = row.pressed_until.max(row.revoked_until).max(counting_until);
         if keep_until > now && row.exists {
             self.state.storage().set_alarm(keep_until - now).await?;
             return Response::ok("kept");

@@ -70,20 +70,21 @@ pub fn decide(failures: i64, pressed: bool, valid: bool, window_left_ms: i64) ->
 
 /// Who is guessing: the connecting address, an IPv6 one by its /64 (one
 /// machine commonly holds a whole /64, and could otherwise rotate through
-/// it). `unknown` where the platform gave none (a local test).
+/// it). `unknown` where the platform gave none, or something else (a local
+/// test): a name is never longer than an address.
 pub fn client_of(address: Option<&str>) -> String {
-    let Some(address) = address.map(str::trim).filter(|a| !a.is_empty()) else {
-        return "unknown".into();
-    };
-    let Ok(v6) = address.parse::<std::net::Ipv6Addr>() else {
-        return address.to_string();
-    };
-    match v6.to_ipv4_mapped() {
-        Some(v4) => v4.to_string(),
-        None => {
-            let s = v6.segments();
-            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
-        }
+    match address.map(str::trim).map(str::parse::<std::net::IpAddr>) {
+        Some(Ok(std::net::IpAddr::V4(v4))) => v4.to_string(),
+        Some(Ok(std::net::IpAddr::V6(v6))) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+        // Not an address: the platform always sends one, so this is a
+        // local run, and every such request is one client.
+        _ => "unknown".into(),
     }
 }
 
@@ -149,5 +150,7 @@ mod tests {
         assert_eq!(client_of(Some("::ffff:192.0.2.1")), "192.0.2.1");
         assert_eq!(client_of(None), "unknown");
         assert_eq!(client_of(Some(" ")), "unknown");
+        assert_eq!(client_of(Some(&"x".repeat(10_000))), "unknown");
+        assert_eq!(client_of(Some("fe80::1%eth0")), "unknown");
     }
 }

@@ -223,14 +223,22 @@ pub fn text_is(env: &Env, name: &str, value: &str) -> bool {
     text(env, name).as_deref() == Some(value)
 }
 
+/// The longest dashboard session: a signed-out session is remembered this
+/// long, so raising `ADMIN_SESSION_TTL` later revives none.
+pub const ADMIN_SESSION_TTL_MAX_MS: i64 = 30 * DAY_MS;
+
 /// How long a dashboard session lasts (`ADMIN_SESSION_TTL`, a duration like
-/// `12h`, the default).
+/// `12h`, the default; at most 30 days).
 pub fn admin_session_ttl_ms(env: &Env) -> Result<i64, ConfigError> {
     match text(env, "ADMIN_SESSION_TTL") {
         None => Ok(12 * 60 * 60 * 1000),
-        Some(value) => duration_ms(&value).filter(|ms| *ms > 0).ok_or_else(|| {
-            ConfigError("ADMIN_SESSION_TTL must be a duration like 12h, 30m or 90s".into())
-        }),
+        Some(value) => duration_ms(&value)
+            .filter(|ms| (1..=ADMIN_SESSION_TTL_MAX_MS).contains(ms))
+            .ok_or_else(|| {
+                ConfigError(
+                    "ADMIN_SESSION_TTL must be a duration like 12h, 30m or 90s, at most 30d".into(),
+                )
+            }),
     }
 }
 

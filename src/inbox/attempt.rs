@@ -134,7 +134,7 @@ impl EventInbox {
                     worker::Delay::from(std::time::Duration::from_secs(3)).await;
                     written
                 }
-                Some(Fault::ReportReplyLost(_)) => {
+                Some(Fault::ReportReplyLost(_, until)) if now_ms() < until => {
                     written.and(Err("injected fault: the report's reply is lost".into()))
                 }
                 _ => written,
@@ -152,9 +152,31 @@ impl EventInbox {
                 self.set_alarm_in(settings.retention_ms).await
             }
             Ok(Recorded::AlreadyHandled) => {
-                // The ledger holds the event: its effect committed after all
-                // (a lost reply), or an operator's dismissal did whose reply
-                // was lost. Nothing is owed: it is done, and no longer
+                // The ledger holds the event: an operator's dismissal
+                // committed whose reply was lost, or its effect committed
+                // after all (a lost reply). Which, D1 says; meanwhile a copy
+                // may have moved the event on.
+                let dismissed = failed_events::dismissed(&self.env, &row.event).await;
+                if self.store.state()? != Some(EventState::Failed) {
+                    return Ok(());
+                }
+                match dismissed {
+                    Ok(true) => {
+                        self.store.dismiss(now_ms())?;
+                        return self.set_alarm_in(settings.retention_ms).await;
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        log::error(
+                            &Line::new("failure_report_failed")
+                                .key(&row.event.key())
+                                .error(e),
+                        );
+                        let retry = settings.backoff_ms(row.effect_attempts.max(1));
+                        return self.set_alarm_in(retry).await;
+                    }
+                }
+                // Applied: nothing is owed. It is done, and no longer
                 // listed, should an earlier report whose reply was lost have
                 // listed it; if D1 refuses that, the alarm tries again.
                 self.store

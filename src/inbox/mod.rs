@@ -227,10 +227,15 @@ impl EventInbox {
                 // arms the alarm again, for its retry or for retention. The
                 // fault stops here instead, as a crash would: then the
                 // sender's retry, a copy, arms it (`ensure_alarm`).
-                if fault == Some(Fault::FailSetAlarm) {
-                    return Err("injected fault: setting the alarm".into());
+                if fault == Some(Fault::CrashBeforeArming) {
+                    return Err("injected fault: a crash before arming the alarm".into());
                 }
-                if let Err(e) = self.set_alarm_in(settings.retry_base_ms).await {
+                let armed = if fault == Some(Fault::FailSetAlarm) {
+                    Err("injected fault: setting the alarm".into())
+                } else {
+                    self.set_alarm_in(settings.retry_base_ms).await
+                };
+                if let Err(e) = armed {
                     log::error(&Line::new("alarm_not_set").key(&event.key()).error(e));
                 }
                 if fault == Some(Fault::LoseReply) {
