@@ -17,8 +17,6 @@ use serde_json::value::RawValue;
 use worker::wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, Env, Result};
 
-use crate::config::DB_BINDING;
-
 /// A bound SQL parameter.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -83,6 +81,9 @@ impl Statement {
         Statement { sql, params }
     }
 }
+
+/// The D1 database holding the ledger and the business tables.
+pub const DB_BINDING: &str = "DB";
 
 /// The D1 database of the ledger, the business tables and the outbox.
 pub struct Db(D1Database);

@@ -25,7 +25,8 @@
 //! - [`admin`]: `/admin/api/…` behind a bearer token and the `/admin`
 //!   dashboard — events, their deliveries and side effects, replay, dismiss,
 //!   requeue. **Add an endpoint** in `admin/api.rs`, reading through
-//!   `admin/queries.rs`.
+//!   `admin/queries.rs`. [`admin_guard`]: the Durable Objects that count
+//!   wrong tokens per client and overall, and remember signed-out sessions.
 //!
 //! Shared chores, one way each: [`config`] (vars and secrets, errors that
 //! name the variable), [`d1`] (statements and typed rows), [`clock`],

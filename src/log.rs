@@ -9,14 +9,24 @@
 
 use std::cell::Cell;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// How much is logged (`LOG_LEVEL`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
     Info,
     Warn,
+}
+
+impl Level {
+    /// `info` or `warn`, in any case, spaces around ignored.
+    pub fn parse(value: &str) -> Option<Level> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "info" => Some(Level::Info),
+            "warn" => Some(Level::Warn),
+            _ => None,
+        }
+    }
 }
 
 thread_local! {
@@ -28,7 +38,11 @@ thread_local! {
 /// value logs everything (deliveries refuse it as misconfigured, see
 /// `config::Limits`).
 pub fn configure(env: &worker::Env) {
-    let level = crate::config::log_level(env).unwrap_or(Level::Info);
+    let value = env.var("LOG_LEVEL").map(|v| v.to_string()).ok();
+    let level = value
+        .as_deref()
+        .and_then(Level::parse)
+        .unwrap_or(Level::Info);
     LEVEL.with(|current| current.set(level));
 }
 
@@ -168,6 +182,13 @@ impl<'a> Line<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn levels_are_read_in_any_case() {
+        assert_eq!(Level::parse(" WARN "), Some(Level::Warn));
+        assert_eq!(Level::parse("info"), Some(Level::Info));
+        assert_eq!(Level::parse("debug"), None);
+    }
 
     #[test]
     fn a_line_carries_only_the_fields_set() {

@@ -14,6 +14,7 @@
 use worker::{Env, Headers, Method, Request, Response, Result};
 
 use super::actions::{Action, Audit, NOTICES};
+use super::finder;
 use super::html::{escape, page};
 use super::{
     admin_token, decode, form_token, form_token_ok, guard, pages, session_id, session_valid,
@@ -150,7 +151,7 @@ async fn signed_in(
     match req.method() {
         Method::Get if path == "/admin" => pages::overview(env, &forms, notice).await,
         Method::Get if path == "/admin/events" => {
-            pages::events(env, &super::Query::of(&req), &forms).await
+            finder::events(env, &super::Query::of(&req), &forms).await
         }
         Method::Get => match path
             .strip_prefix("/admin/events/")

@@ -1,10 +1,14 @@
 //! The operators' surface, behind `ADMIN_TOKEN`: the JSON [`api`] at
 //! `/admin/api/…` (a bearer token) and the [`dashboard`] at `/admin` (a
 //! session cookie). With no `ADMIN_TOKEN` configured neither exists (404):
-//! never open.
+//! never open; with a weak one, both answer `500 misconfigured`. Every
+//! presented token goes through [`crate::admin_guard`]'s throttle, and a
+//! signed-out session stays refused.
 //!
+//! - `actions.rs`: the dashboard's Replay, Dismiss and Requeue;
 //! - [`queries`]: what both read from D1 and the inboxes, as typed rows;
-//! - [`pages`]: the dashboard's overview and event pages;
+//! - [`pages`]: the dashboard's overview and event pages; `finder.rs`, the
+//!   page that finds events; `summary.rs`, the overview's per-source sums;
 //! - [`html`]: the page shell, tables and escaping;
 //! - [`trend`]: the overview's charts of deliveries over time.
 //!
@@ -18,10 +22,14 @@ pub mod api;
 #[cfg(feature = "dashboard")]
 pub mod dashboard;
 #[cfg(feature = "dashboard")]
+mod finder;
+#[cfg(feature = "dashboard")]
 pub mod html;
 #[cfg(feature = "dashboard")]
 pub mod pages;
 pub mod queries;
+#[cfg(feature = "dashboard")]
+mod summary;
 #[cfg(feature = "dashboard")]
 pub mod trend;
 

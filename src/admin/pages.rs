@@ -2,12 +2,12 @@
 //! dead side effects) and one page per event (its deliveries, effect and
 //! side effects, and the actions on a failed one).
 
-use worker::{js_sys, Env, Response, Result};
+use worker::{Env, Response, Result};
 
+use super::encode;
 use super::html::{self, bad, code, escape, num, page, table, td, time};
 use super::queries::{self, EventFilter, Listing};
-use super::trend;
-use super::{encode, Query};
+use super::{summary, trend};
 use crate::clock::now_ms;
 use crate::d1;
 use crate::inbox::state::EventState;
@@ -15,7 +15,7 @@ use crate::inbox::store::LoggedDelivery;
 use crate::outbox::{Action, OutboxStatus};
 
 /// The sign-out button on every signed-in page.
-const LOGOUT: &str = r#"<form class="logout" method="post" action="/admin/logout"><button type="submit">Sign out</button></form>"#;
+pub(super) const LOGOUT: &str = r#"<form class="logout" method="post" action="/admin/logout"><button type="submit">Sign out</button></form>"#;
 
 /// `/admin/events/{source}/{id}`, encoded.
 fn event_path(source: &str, id: &str) -> String {
@@ -33,7 +33,7 @@ fn action_button(path: &str, label: &str, forms: &str) -> String {
 }
 
 /// Replay and Dismiss for a failed event.
-fn failed_actions(source: &str, id: &str, forms: &str) -> String {
+pub(super) fn failed_actions(source: &str, id: &str, forms: &str) -> String {
     let path = event_path(source, id);
     action_button(&format!("{path}/replay"), "Replay", forms)
         + &action_button(&format!("{path}/dismiss"), "Dismiss", forms)
@@ -65,7 +65,7 @@ fn event_link(source: &str, id: &str) -> String {
 
 /// Listed events as table rows: when, source, event, type, and how it
 /// stands (processed, or the failure's error).
-fn event_rows(events: &[queries::ListedEvent]) -> Vec<Vec<String>> {
+pub(super) fn event_rows(events: &[queries::ListedEvent]) -> Vec<Vec<String>> {
     events
         .iter()
         .map(|e| {
@@ -108,48 +108,19 @@ pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Re
         now_minute,
     );
 
-    // One row per source that appears anywhere.
-    let mut sources: Vec<&str> = (stats.counters.iter().map(|c| c.source.as_str()))
-        .chain(stats.processed.iter().map(|c| c.source.as_str()))
-        .chain(stats.failed.iter().map(|c| c.source.as_str()))
-        .chain(stats.outbox.iter().map(|c| c.source.as_str()))
-        .collect();
-    sources.sort_unstable();
-    sources.dedup();
-    let counter = |source: &str, wanted: &dyn Fn(&str) -> bool| -> i64 {
-        let values = stats.counters.iter().filter(|c| c.source == source);
-        values
-            .filter(|c| wanted(&c.counter))
-            .map(|c| c.value as i64)
-            .sum()
-    };
-    let events = |counts: &[queries::SourceCount], source: &str| -> i64 {
-        counts
-            .iter()
-            .filter(|c| c.source == source)
-            .map(|c| c.events as i64)
-            .sum()
-    };
-    let rows = |source: &str, status: OutboxStatus| -> i64 {
-        let counts = stats.outbox.iter().filter(|c| c.source == source);
-        counts
-            .filter(|c| c.status == status)
-            .map(|c| c.rows as i64)
-            .sum()
-    };
-    let counters: Vec<Vec<String>> = sources
+    let counters: Vec<Vec<String>> = summary::per_source(&stats)
         .iter()
-        .map(|&s| {
+        .map(|t| {
             vec![
-                code(s),
-                num(counter(s, &|c| c == "received")),
-                num(counter(s, &|c| c == "processed")),
-                num(counter(s, &|c| c == "duplicate")),
-                num(counter(s, &|c| c.starts_with("rejected:"))),
-                num(events(&stats.processed, s)),
-                num(events(&stats.failed, s)),
-                num(rows(s, OutboxStatus::Sent)),
-                num(rows(s, OutboxStatus::Dead)),
+                code(&t.source),
+                num(t.received),
+                num(t.processed),
+                num(t.duplicates),
+                num(t.rejected),
+                num(t.in_ledger),
+                num(t.failed),
+                num(t.sent),
+                num(t.dead),
             ]
         })
         .collect();
@@ -265,108 +236,6 @@ fn verified_cells(delivery: &LoggedDelivery) -> [String; 2] {
         None => td(r#"<span class="muted">no signed time in this scheme</span>"#.into()),
     };
     [scheme, signed]
-}
-
-/// Events listed per page of the finder.
-const PAGE: u32 = 50;
-
-/// A day (`YYYY-MM-DD`, as a date input sends it) as ms since the epoch
-/// at its start, UTC; `None` if it is not one (any other form is ignored).
-fn day_ms(day: Option<&str>) -> Option<i64> {
-    let day = day?;
-    let shape = day.len() == 10
-        && day.bytes().enumerate().all(|(i, b)| match i {
-            4 | 7 => b == b'-',
-            _ => b.is_ascii_digit(),
-        });
-    let ms = js_sys::Date::parse(day);
-    (shape && ms.is_finite()).then_some(ms as i64)
-}
-
-/// The finder: events by id or key, source, type, status and days, newest
-/// first, a page at a time (keyset on the listing's time).
-pub async fn events(env: &Env, query: &Query, forms: &str) -> Result<Response> {
-    let listing = match query.get("status") {
-        Some("failed") => Listing::Failed,
-        _ => Listing::Processed,
-    };
-    let (from, to) = (query.get("from"), query.get("to"));
-    let after_at = query.get("after").and_then(|ms| ms.parse::<i64>().ok());
-    let filter = EventFilter {
-        source: query.get("source"),
-        kind: query.get("type"),
-        id_or_key: query.get("q").map(str::trim).filter(|q| !q.is_empty()),
-        since: day_ms(from),
-        // Through the end of the `to` day.
-        until: day_ms(to).map(|start| start + 86_400_000),
-        after: after_at.map(|at| {
-            let source = query.get("after_source").unwrap_or_default();
-            (at, source, query.get("after_id").unwrap_or_default())
-        }),
-    };
-    let found = queries::events(env, listing, &filter, PAGE)
-        .await?
-        .decode()?;
-    let mut rows = event_rows(&found);
-    if listing == Listing::Failed {
-        for (row, e) in rows.iter_mut().zip(&found) {
-            row.push(td(failed_actions(&e.source, &e.event_id, forms)));
-        }
-    }
-    // The next page starts after the last event of this one.
-    let older = match found.last() {
-        Some(last) if found.len() == PAGE as usize => {
-            let at = match listing {
-                Listing::Processed => last.processed_at,
-                Listing::Failed => last.failed_at,
-            };
-            let mut next = form_urlencoded::Serializer::new(String::new());
-            for name in ["q", "status", "source", "type", "from", "to"] {
-                if let Some(value) = query.get(name) {
-                    next.append_pair(name, value);
-                }
-            }
-            next.append_pair("after", &at.unwrap_or_default().to_string())
-                .append_pair("after_source", &last.source)
-                .append_pair("after_id", &last.event_id);
-            format!(
-                r#"<p><a class="older" href="/admin/events?{}">Older events →</a></p>"#,
-                escape(&next.finish())
-            )
-        }
-        _ => String::new(),
-    };
-    let value = |name: &str| escape(query.get(name).unwrap_or_default());
-    let selected = |status: Listing| if status == listing { " selected" } else { "" };
-    let heading = match listing {
-        Listing::Processed => "processed at",
-        Listing::Failed => "failed at",
-    };
-    let mut headers = vec![heading, "source", "event", "type", "status"];
-    if listing == Listing::Failed {
-        headers.push("");
-    }
-    let body = format!(
-        r#"{LOGOUT}<p><a href="/admin">← overview</a></p>
-<form class="find" method="get" action="/admin/events">
-<input name="q" placeholder="event id, or source:id" value="{}" aria-label="event id or key">
-<select name="status" aria-label="status"><option value="processed"{}>processed</option><option value="failed"{}>failed</option></select>
-<input name="source" placeholder="source" value="{}" aria-label="source">
-<input name="type" placeholder="type" value="{}" aria-label="type">
-<label>from <input type="date" name="from" value="{}"></label>
-<label>to <input type="date" name="to" value="{}"></label>
-<button type="submit">Find</button></form>
-{}{older}"#,
-        value("q"),
-        selected(Listing::Processed),
-        selected(Listing::Failed),
-        value("source"),
-        value("type"),
-        value("from"),
-        value("to"),
-        table(&headers, &rows),
-    );
-    page(200, "Find events", &body)
 }
 
 /// One event's page; `forms` and `notice` as for [`overview`].

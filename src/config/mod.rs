@@ -17,8 +17,6 @@ use self::values::{
 
 /// The Durable Object namespace of the event inboxes.
 pub const INBOX_BINDING: &str = "EVENT_INBOX";
-/// The D1 database holding the ledger and the business tables.
-pub const DB_BINDING: &str = "DB";
 /// The queue carrying outbox keys to the consumer.
 pub const OUTBOX_BINDING: &str = "OUTBOX";
 /// Where rows that exhausted their attempts are sent, for operators.
@@ -207,8 +205,9 @@ impl OutboxSettings {
 pub fn log_level(env: &Env) -> Result<Level, ConfigError> {
     match optional(env, "LOG_LEVEL") {
         None => Ok(Level::Info),
-        Some(value) => crate::d1::from_stored(&value.trim().to_ascii_lowercase())
-            .ok_or_else(|| ConfigError("LOG_LEVEL must be info or warn".into())),
+        Some(value) => {
+            Level::parse(&value).ok_or_else(|| ConfigError("LOG_LEVEL must be info or warn".into()))
+        }
     }
 }
 
