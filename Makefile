@@ -89,7 +89,7 @@ deploy: setup
 ## Only make deploy's first steps: log in, the D1 database, the remote
 ## migrations. At a quiet hour before make deploy, for a long migration;
 ## STEPWISE=<file> runs that one a paragraph per request, then records it
-## as wrangler does (README, "A long migration").
+## as wrangler does (docs/deploy.md, "A long migration").
 migrate: setup
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" node scripts/deploy.mjs --migrations-only $(if $(STEPWISE),--stepwise "$(STEPWISE)")
 

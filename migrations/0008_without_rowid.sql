@@ -18,7 +18,7 @@
 -- written once) while the database waits, and a copy too long for D1's
 -- limit on a query fails the deploy before the code is deployed: on a
 -- database with millions of rows, run `make migrate STEPWISE=<this file>`
--- at a quiet hour first (README, "A long migration"). A row with no key
+-- at a quiet hour first (docs/deploy.md, "A long migration"). A row with no key
 -- (NULL checkout_session_id or idempotency_key, which this code never
 -- writes) makes the copy fail: find them first.
 --

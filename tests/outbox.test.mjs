@@ -94,7 +94,7 @@ describe("the outbox", () => {
     );
     assert.ok(dead);
 
-    // The README's requeue, once the target is back: due again, the relay sends it.
+    // The requeue docs/side-effects.md describes, once the target is back: due again, the relay sends it.
     w.target.answer = () => 200;
     await w.db
       .prepare("UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = 0 WHERE idempotency_key = ?")
