@@ -42,7 +42,7 @@ if ! worker-build --version 2>/dev/null | grep -qx "$WORKER_BUILD_VERSION"; then
 fi
 
 # Without --locked: the CLI's own lockfile wants a crate version this
-# registry mirror may not serve (see TOOLCHAIN notes in README).
+# registry mirror may not serve (a webpki-roots version, when this was set up).
 if ! wasm-bindgen --version 2>/dev/null | grep -qx "wasm-bindgen $WASM_BINDGEN_VERSION"; then
     cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi

@@ -26,6 +26,7 @@
 mod actions;
 mod attempt;
 pub mod client;
+mod deliveries;
 mod fixtures;
 mod schema;
 pub mod state;
