@@ -20,7 +20,7 @@ use crate::http::{self, BodyError};
 use crate::inbox::client::{self, Answer, DeliveryError, Handoff};
 use crate::inbox::state::Outcome;
 use crate::providers::{self, Identity, RawRequest, Rejection, VerifyContext};
-use crate::stats::Series;
+use crate::stats::{Counter, Series};
 use crate::{log, sources, stats};
 
 /// Why a delivery was not taken. Nothing was recorded in any of these cases
@@ -193,10 +193,10 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
         log::info(&line);
     }
     if replayed_body_of.is_some() {
-        stats::count(source, "replayed_body");
+        stats::count(source, Counter::ReplayedBody);
     }
     if let Some(secret) = trace.secret {
-        stats::count(source, &format!("secret:{secret}"));
+        stats::count(source, Counter::Secret(secret));
     }
     count(env, ctx, source, outcome, refusal);
     let reply = match (&result, refusal) {
@@ -230,10 +230,10 @@ fn count(env: &Env, ctx: &Context, source: &str, outcome: &str, refusal: Option<
         Some(Refusal::UnknownSource) => stats::UNKNOWN_SOURCE,
         _ => source,
     };
-    stats::count(source, "received");
+    stats::count(source, Counter::Received);
     match refusal {
-        Some(refusal) => stats::count(source, &format!("rejected:{}", refusal.reason())),
-        None => stats::count(source, outcome),
+        Some(refusal) => stats::count(source, Counter::Rejected(refusal.reason())),
+        None => stats::count(source, Counter::Outcome(outcome)),
     }
     let now = now_ms();
     if let Some(series) = Series::of_delivery(outcome, refusal.is_some()) {

@@ -27,6 +27,51 @@ use crate::d1::{Db, Statement};
 use crate::log::{self, Line};
 use crate::outbox::{self, notify_operator::Alert};
 
+/// A per-source counter, by the name it is stored under: the one way both
+/// the receiver that counts and the pages that read it spell them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter<'a> {
+    /// Every delivery, whatever became of it.
+    Received,
+    /// A delivery that was not refused, by its outcome (`processed`,
+    /// `duplicate`, `accepted`, `failed`, `handshake`).
+    Outcome(&'a str),
+    /// A refused delivery, by its reason.
+    Rejected(&'a str),
+    /// A signed body already applied under another id.
+    ReplayedBody,
+    /// The position of the configured secret that verified the delivery.
+    Secret(usize),
+}
+
+impl<'a> Counter<'a> {
+    /// The stored name.
+    pub fn name(self) -> String {
+        match self {
+            Counter::Received => "received".into(),
+            Counter::Outcome(outcome) => outcome.into(),
+            Counter::Rejected(reason) => format!("rejected:{reason}"),
+            Counter::ReplayedBody => "replayed_body".into(),
+            Counter::Secret(position) => format!("secret:{position}"),
+        }
+    }
+
+    /// Reads a stored name back.
+    pub fn parse(name: &'a str) -> Counter<'a> {
+        if let Some(reason) = name.strip_prefix("rejected:") {
+            return Counter::Rejected(reason);
+        }
+        if let Some(position) = name.strip_prefix("secret:").and_then(|p| p.parse().ok()) {
+            return Counter::Secret(position);
+        }
+        match name {
+            "received" => Counter::Received,
+            "replayed_body" => Counter::ReplayedBody,
+            outcome => Counter::Outcome(outcome),
+        }
+    }
+}
+
 /// What the trend splits deliveries by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Series {
@@ -109,15 +154,16 @@ thread_local! {
 }
 
 /// Adds one to `source`'s `counter`.
-pub fn count(source: &str, counter: &str) {
+pub fn count(source: &str, counter: Counter) {
+    let counter = counter.name();
     PENDING.with(|pending| {
         let counts = &mut pending.borrow_mut().counts.totals;
         match counts
             .iter_mut()
-            .find(|(s, c, _)| s == source && c == counter)
+            .find(|(s, c, _)| s == source && *c == counter)
         {
             Some((_, _, n)) => *n += 1,
-            None => counts.push((source.to_string(), counter.to_string(), 1)),
+            None => counts.push((source.to_string(), counter, 1)),
         }
     });
 }
@@ -247,10 +293,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn counters_read_back_as_written() {
+        for counter in [
+            Counter::Received,
+            Counter::Outcome("processed"),
+            Counter::Rejected("bad_signature"),
+            Counter::ReplayedBody,
+            Counter::Secret(1),
+        ] {
+            assert_eq!(Counter::parse(&counter.name()), counter);
+        }
+    }
+
+    #[test]
     fn counts_accumulate_and_flush_once_per_interval() {
-        count("stripe", "received");
-        count("stripe", "received");
-        count("github", "rejected:bad_signature");
+        count("stripe", Counter::Received);
+        count("stripe", Counter::Received);
+        count("github", Counter::Rejected("bad_signature"));
         assert_eq!(take_due(5, 10), None, "not due yet");
         let mut counts = take_due(10, 10).unwrap();
         counts.totals.sort();
@@ -262,7 +321,7 @@ mod tests {
             ]
         );
         assert_eq!(take_due(30, 10), None, "nothing left to flush");
-        count("stripe", "duplicate");
+        count("stripe", Counter::Outcome("duplicate"));
         assert_eq!(take_due(15, 10), None, "5 ms after the last flush");
         assert_eq!(
             take_due(20, 10).unwrap().totals,

@@ -2,7 +2,9 @@
 //! D1 holds: what the page shows, without its HTML.
 
 use super::queries::{SourceCount, Stats};
+use crate::inbox::state::Outcome;
 use crate::outbox::OutboxStatus;
+use crate::stats::Counter;
 
 /// One source's row of the overview.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -31,10 +33,10 @@ pub fn per_source(stats: &Stats) -> Vec<SourceTotals> {
         .collect();
     sources.sort_unstable();
     sources.dedup();
-    let counter = |source: &str, wanted: &dyn Fn(&str) -> bool| -> i64 {
+    let counter = |source: &str, wanted: &dyn Fn(Counter) -> bool| -> i64 {
         let values = stats.counters.iter().filter(|c| c.source == source);
         values
-            .filter(|c| wanted(&c.counter))
+            .filter(|c| wanted(Counter::parse(&c.counter)))
             .map(|c| c.value as i64)
             .sum()
     };
@@ -53,10 +55,10 @@ pub fn per_source(stats: &Stats) -> Vec<SourceTotals> {
         .into_iter()
         .map(|s| SourceTotals {
             source: s.to_string(),
-            received: counter(s, &|c| c == "received"),
-            processed: counter(s, &|c| c == "processed"),
-            duplicates: counter(s, &|c| c == "duplicate"),
-            rejected: counter(s, &|c| c.starts_with("rejected:")),
+            received: counter(s, &|c| c == Counter::Received),
+            processed: counter(s, &|c| c == Counter::Outcome(Outcome::Processed.as_str())),
+            duplicates: counter(s, &|c| c == Counter::Outcome(Outcome::Duplicate.as_str())),
+            rejected: counter(s, &|c| matches!(c, Counter::Rejected(_))),
             in_ledger: events(&stats.processed, s),
             failed: events(&stats.failed, s),
             sent: rows(s, OutboxStatus::Sent),
