@@ -40,7 +40,7 @@ pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
             Denied::Throttled(_) => "too many failed attempts",
             Denied::Unavailable => "try again",
         };
-        let mut response = denied.answer(Response::error(message, 500))?;
+        let mut response = denied.answer(Response::error(message, denied.status()))?;
         if let Denied::Wrong = denied {
             response.headers_mut().set("www-authenticate", "Bearer")?;
         }

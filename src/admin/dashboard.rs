@@ -45,12 +45,12 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
         }
     };
     match (req.method(), path) {
-        // Only from the dashboard's own form: another site must not spend
-        // an operator's failures (a cross-site post comes from the
-        // operator's own address). Not counted.
-        (Method::Post, "/admin/login") if !same_origin(&req) => {
-            let refused = page(403, "Refused", "<p>A cross-site request was refused.</p>");
-            unread(&mut req, refused).await
+        // Signing in and out only from the dashboard itself: another site
+        // must not spend an operator's failures (a cross-site post comes
+        // from the operator's own address; not counted), nor sign an
+        // operator out.
+        (Method::Post, "/admin/login" | "/admin/logout") if !same_origin(&req) => {
+            unread(&mut req, cross_site_refused()).await
         }
         (Method::Post, "/admin/login") => {
             // Read under a small cap, as a stream: a token form is tiny, and
@@ -85,9 +85,8 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
             set_cookie(&req, &session_value(&token, now_ms()), ttl_ms / 1000)
         }
         // Signing out revokes the session, then clears the cookie: a copy
-        // of the cookie is no good either. Only from the dashboard itself:
-        // another site must not be able to sign an operator out.
-        (Method::Post, "/admin/logout") if same_origin(&req) => {
+        // of the cookie is no good either.
+        (Method::Post, "/admin/logout") => {
             if let Some(session) = session(&req, &token, env)? {
                 // Remembered as long as any session can last.
                 let until = now_ms() + config::ADMIN_SESSION_TTL_MAX_MS;
@@ -104,24 +103,31 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
             let signed_out = set_cookie(&req, "", 0);
             unread(&mut req, signed_out).await
         }
-        (Method::Post, "/admin/logout") => {
-            let refused = page(403, "Refused", "<p>A cross-site request was refused.</p>");
-            unread(&mut req, refused).await
+        _ => {
+            // A valid cookie whose session was not signed out.
+            let live = match session(&req, &token, env)? {
+                Some(session) => match admin_guard::revoked(env, &session_id(&session)).await {
+                    Ok(revoked) => (!revoked).then_some(session),
+                    Err(e) => {
+                        log::error(&log::Line::new("admin_guard_failed").error(e));
+                        let down =
+                            Denied::Unavailable.answer(page(200, "Try again", "<p>Try again.</p>"));
+                        return unread(&mut req, down).await;
+                    }
+                },
+                None => None,
+            };
+            match live {
+                Some(session) => signed_in(req, env, path, &token, &session).await,
+                None => unread(&mut req, page(401, "Sign in", &login_form(None))).await,
+            }
         }
-        _ => match session(&req, &token, env)? {
-            Some(session) => match admin_guard::revoked(env, &session_id(&session)).await {
-                Ok(false) => signed_in(req, env, path, &token, &session).await,
-                Ok(true) => unread(&mut req, page(401, "Sign in", &login_form(None))).await,
-                Err(e) => {
-                    log::error(&log::Line::new("admin_guard_failed").error(e));
-                    let down =
-                        Denied::Unavailable.answer(page(200, "Try again", "<p>Try again.</p>"));
-                    unread(&mut req, down).await
-                }
-            },
-            None => unread(&mut req, page(401, "Sign in", &login_form(None))).await,
-        },
     }
+}
+
+/// The answer to a form posted from another site.
+fn cross_site_refused() -> Result<Response> {
+    page(403, "Refused", "<p>A cross-site request was refused.</p>")
 }
 
 /// `response`, to a request whose body no handler read: a POST's body is
@@ -193,7 +199,7 @@ async fn signed_in(
                 .unwrap_or_default();
             if !same_origin(&req) || !form_token_ok(token, session, &presented) {
                 log::warn(&audit);
-                return page(403, "Refused", "<p>A cross-site request was refused.</p>");
+                return cross_site_refused();
             }
             let done = action.run(env).await;
             log::warn(&Audit {

@@ -41,9 +41,9 @@ impl DurableObject for AdminGuard {
                 .find(|(n, _)| n == name)
                 .and_then(|(_, v)| v.parse::<i64>().ok())
         };
-        // A time that must be given, and in the future.
-        let until = || param("until").filter(|until| *until > now_ms());
         let now = now_ms();
+        // A time that must be given, and in the future.
+        let until = || param("until").filter(|until| *until > now);
         let window = now.div_euclid(WINDOW_MS);
         let window_end = (window + 1) * WINDOW_MS;
         let row = self.row(window)?;
@@ -107,7 +107,7 @@ impl DurableObject for AdminGuard {
             0
         };
         let keep_until = row.pressed_until.max(row.revoked_until).max(counting_until);
-        if keep_until > now && row.exists {
+        if keep_until > now {
             self.state.storage().set_alarm(keep_until - now).await?;
             return Response::ok("kept");
         }
@@ -117,9 +117,9 @@ impl DurableObject for AdminGuard {
 }
 
 /// An object's row as read in `window`: failures of an older window count
-/// as none.
+/// as none; an object with no row reads as all zeros.
+#[derive(Default)]
 struct Row {
-    exists: bool,
     failures: i64,
     pressed_until: i64,
     revoked_until: i64,
@@ -154,7 +154,6 @@ impl AdminGuard {
         };
         Ok(match found {
             Some(row) => Row {
-                exists: true,
                 failures: if int(&row, 0) == window {
                     int(&row, 1)
                 } else {
@@ -163,12 +162,7 @@ impl AdminGuard {
                 pressed_until: int(&row, 2),
                 revoked_until: int(&row, 3),
             },
-            None => Row {
-                exists: false,
-                failures: 0,
-                pressed_until: 0,
-                revoked_until: 0,
-            },
+            None => Row::default(),
         })
     }
 

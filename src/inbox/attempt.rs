@@ -151,54 +151,57 @@ impl EventInbox {
                 self.store.set_reported(true)?;
                 self.set_alarm_in(settings.retention_ms).await
             }
-            Ok(Recorded::AlreadyHandled) => {
-                // The ledger holds the event: an operator's dismissal
-                // committed whose reply was lost, or its effect committed
-                // after all (a lost reply). Which, D1 says; meanwhile a copy
-                // may have moved the event on.
-                let dismissed = failed_events::dismissed(&self.env, &row.event).await;
-                if self.store.state()? != Some(EventState::Failed) {
-                    return Ok(());
-                }
-                match dismissed {
-                    Ok(true) => {
-                        self.store.dismiss(now_ms())?;
-                        return self.set_alarm_in(settings.retention_ms).await;
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        log::error(
-                            &Line::new("failure_report_failed")
-                                .key(&row.event.key())
-                                .error(e),
-                        );
-                        let retry = settings.backoff_ms(row.effect_attempts.max(1));
-                        return self.set_alarm_in(retry).await;
-                    }
-                }
-                // Applied: nothing is owed. It is done, and no longer
-                // listed, should an earlier report whose reply was lost have
-                // listed it; if D1 refuses that, the alarm tries again.
-                self.store
-                    .settle_as_done(EventState::Failed, Some(now_ms()))?;
-                self.store.set_reported(true)?;
-                let next = if self.resolve_report(&row.event).await {
-                    settings.retention_ms
-                } else {
-                    settings.backoff_ms(row.effect_attempts.max(1))
-                };
-                self.set_alarm_in(next).await
-            }
-            Err(e) => {
-                log::error(
-                    &Line::new("failure_report_failed")
-                        .key(&row.event.key())
-                        .error(e),
-                );
-                let retry = settings.backoff_ms(row.effect_attempts.max(1));
-                self.set_alarm_in(retry).await
-            }
+            Ok(Recorded::AlreadyHandled) => self.settle_handled(row, settings).await,
+            Err(e) => self.retry_report(row, settings, e).await,
         }
+    }
+
+    /// The report found the ledger holding the event: an operator's
+    /// dismissal committed whose reply was lost, or its effect committed
+    /// after all (a lost reply). Which, D1 says; meanwhile a copy may have
+    /// moved the event on.
+    async fn settle_handled(&self, row: &EventRow, settings: &InboxSettings) -> Result<()> {
+        let dismissed = failed_events::dismissed(&self.env, &row.event).await;
+        if self.store.state()? != Some(EventState::Failed) {
+            return Ok(());
+        }
+        match dismissed {
+            Ok(true) => {
+                self.store.dismiss(now_ms())?;
+                return self.set_alarm_in(settings.retention_ms).await;
+            }
+            Ok(false) => {}
+            Err(e) => return self.retry_report(row, settings, e).await,
+        }
+        // Applied: nothing is owed. It is done, and no longer listed, should
+        // an earlier report whose reply was lost have listed it; if D1
+        // refuses that, the alarm tries again.
+        self.store
+            .settle_as_done(EventState::Failed, Some(now_ms()))?;
+        self.store.set_reported(true)?;
+        let next = if self.resolve_report(&row.event).await {
+            settings.retention_ms
+        } else {
+            settings.backoff_ms(row.effect_attempts.max(1))
+        };
+        self.set_alarm_in(next).await
+    }
+
+    /// D1 did not take the report (or did not answer): logged, and the
+    /// alarm tries again after a backoff.
+    async fn retry_report(
+        &self,
+        row: &EventRow,
+        settings: &InboxSettings,
+        error: worker::Error,
+    ) -> Result<()> {
+        log::error(
+            &Line::new("failure_report_failed")
+                .key(&row.event.key())
+                .error(error),
+        );
+        let retry = settings.backoff_ms(row.effect_attempts.max(1));
+        self.set_alarm_in(retry).await
     }
 
     async fn run_effect(
