@@ -8,8 +8,8 @@
 //! - [`providers`]: one file per provider behind one trait (Stripe, GitHub,
 //!   Standard Webhooks/Svix, Shopify, Slack, Linear, Paddle, Twilio, generic
 //!   HMAC); [`signature`] holds the HMAC, constant-time and time-window pieces
-//!   they share. **Add a provider** there: one file, its
-//!   `mod` line and a line in `build`, and a cargo feature.
+//!   they share. **Add a provider** there: one file, its `mod` line and
+//!   its line in the `registry!` table, and a cargo feature.
 //! - [`event`](mod@event): the verified, provider-independent event handed onward.
 //! - [`inbox`]: the `EventInbox` Durable Object, one per `"{source}:{id}"`.
 //!   It serializes duplicates, claims the event with synchronous SQL, stores

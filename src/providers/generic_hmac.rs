@@ -12,12 +12,10 @@
 //! `json:<JSON pointer>`.
 
 use super::{
-    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection, Verified,
-    VerifyContext,
+    required_header, verdict, ConfigError, EventIdentity, Identity, Provider, RawRequest,
+    Rejection, SourceConfig, Verified, VerifyContext,
 };
-use crate::config::ConfigError;
 use crate::signature::base64_decode;
-use crate::sources::SourceConfig;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Encoding {
@@ -68,6 +66,10 @@ pub struct GenericHmac {
     timestamp_header: Option<String>,
     key: Location,
     event_type: Option<Location>,
+}
+
+pub fn build(config: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
+    Ok(Box::new(GenericHmac::from_config(config)?))
 }
 
 impl GenericHmac {

@@ -4,11 +4,15 @@
 //! is the body's `event_id`, the type its `event_type`.
 
 use super::{
-    json_identity, required_header, verdict, Identity, Provider, RawRequest, Rejection, Verified,
-    VerifyContext,
+    json_identity, required_header, verdict, ConfigError, Identity, Provider, RawRequest,
+    Rejection, SourceConfig, Verified, VerifyContext,
 };
 
 pub struct Paddle;
+
+pub fn build(_: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
+    Ok(Box::new(Paddle))
+}
 
 impl Provider for Paddle {
     fn name(&self) -> &'static str {

@@ -4,12 +4,16 @@
 //! subscription gets its own), the type `X-Shopify-Topic`.
 
 use super::{
-    header_identity, required_header, verdict, Identity, Provider, RawRequest, Rejection, Verified,
-    VerifyContext,
+    header_identity, required_header, verdict, ConfigError, Identity, Provider, RawRequest,
+    Rejection, SourceConfig, Verified, VerifyContext,
 };
 use crate::signature::base64_decode;
 
 pub struct Shopify;
+
+pub fn build(_: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
+    Ok(Box::new(Shopify))
+}
 
 impl Provider for Shopify {
     fn name(&self) -> &'static str {

@@ -7,11 +7,15 @@
 use serde::Deserialize;
 
 use super::{
-    hex_tag, required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection,
-    Verified, VerifyContext,
+    hex_tag, required_header, verdict, ConfigError, EventIdentity, Identity, Provider, RawRequest,
+    Rejection, SourceConfig, Verified, VerifyContext,
 };
 
 pub struct Slack;
+
+pub fn build(_: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
+    Ok(Box::new(Slack))
+}
 
 impl Provider for Slack {
     fn name(&self) -> &'static str {

@@ -11,8 +11,8 @@ use ed25519_compact::{PublicKey, Signature};
 use serde::Deserialize;
 
 use super::{
-    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection, Verified,
-    VerifyContext,
+    required_header, verdict, ConfigError, EventIdentity, Identity, Provider, RawRequest,
+    Rejection, SourceConfig, Verified, VerifyContext,
 };
 use crate::signature::{base64_decode, Tag};
 
@@ -53,6 +53,15 @@ impl Key {
         }
         Ok(Key::Symmetric(bytes))
     }
+}
+
+/// `provider = "standard-webhooks"` or `"svix"`: the same scheme under
+/// either family of header names.
+pub fn build(config: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
+    Ok(Box::new(match config.provider.as_str() {
+        "svix" => StandardWebhooks::svix(),
+        _ => StandardWebhooks::standard(),
+    }))
 }
 
 impl StandardWebhooks {

@@ -6,11 +6,15 @@
 use serde::Deserialize;
 
 use super::{
-    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection, Verified,
-    VerifyContext,
+    required_header, verdict, ConfigError, EventIdentity, Identity, Provider, RawRequest,
+    Rejection, SourceConfig, Verified, VerifyContext,
 };
 
 pub struct Stripe;
+
+pub fn build(_: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
+    Ok(Box::new(Stripe))
+}
 
 /// The parts of the header that matter; unknown schemes (`v0`) are ignored,
 /// as Stripe's own libraries do.

@@ -13,12 +13,16 @@ use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
 use super::{
-    required_header, verdict, EventIdentity, Identity, Provider, RawRequest, Rejection, Verified,
-    VerifyContext,
+    required_header, verdict, ConfigError, EventIdentity, Identity, Provider, RawRequest,
+    Rejection, SourceConfig, Verified, VerifyContext,
 };
 use crate::signature::base64_decode;
 
 pub struct Twilio;
+
+pub fn build(_: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
+    Ok(Box::new(Twilio))
+}
 
 const FORM: &str = "application/x-www-form-urlencoded";
 
@@ -253,12 +257,18 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_json_body_is_bound_by_its_digest_in_the_url() {
-        let body = r#"{"status":"delivered"}"#;
+    /// A JSON body's URL, carrying the body's digest, and its signature.
+    fn digest_url(body: &str) -> (String, String) {
         let digest = hex::encode(Sha256::digest(body.as_bytes()));
         let url = format!("https://example.com/webhooks/twilio?bodySHA256={digest}");
         let sig = url_signature(&url);
+        (url, sig)
+    }
+
+    #[test]
+    fn a_json_body_is_bound_by_its_digest_in_the_url() {
+        let body = r#"{"status":"delivered"}"#;
+        let (url, sig) = digest_url(body);
         let json = |body| request(&url, "application/json", Some(&sig), body);
         assert_eq!(verify(&json(body), "12345"), Ok(()));
         let other = json(r#"{"status":"failed"}"#);
@@ -275,22 +285,12 @@ mod tests {
     #[test]
     fn a_digest_in_the_url_binds_the_body_whatever_the_content_type() {
         let body = r#"{"status":"delivered"}"#;
-        let digest = hex::encode(Sha256::digest(body.as_bytes()));
-        let url = format!("https://example.com/webhooks/twilio?bodySHA256={digest}");
-        let sig = url_signature(&url);
-        // The JSON request's URL and signature, re-sent as an empty form.
-        assert_eq!(
-            verify(&request(&url, FORM, Some(&sig), ""), "12345"),
-            Err(Rejection::BadSignature)
-        );
-        assert_eq!(
-            verify(&request(&url, FORM, Some(&sig), "Status=failed"), "12345"),
-            Err(Rejection::BadSignature)
-        );
-        assert_eq!(
-            verify(&request(&url, FORM, Some(&sig), body), "12345"),
-            Ok(())
-        );
+        let (url, sig) = digest_url(body);
+        // The JSON request's URL and signature, re-sent as a form.
+        let form = |body| verify(&request(&url, FORM, Some(&sig), body), "12345");
+        assert_eq!(form(""), Err(Rejection::BadSignature));
+        assert_eq!(form("Status=failed"), Err(Rejection::BadSignature));
+        assert_eq!(form(body), Ok(()));
     }
 
     #[test]
@@ -309,19 +309,9 @@ mod tests {
             verify(&request(&with_port, FORM, Some(SIG), FORM_BODY), "12345"),
             Ok(())
         );
-        let signed_with_port = url_signature("https://example.com:443/t");
-        assert_eq!(
-            verify(
-                &request(
-                    "https://example.com/t",
-                    "application/json",
-                    Some(&signed_with_port),
-                    ""
-                ),
-                "12345"
-            ),
-            Ok(())
-        );
+        let sig = url_signature("https://example.com:443/t");
+        let json = request("https://example.com/t", "application/json", Some(&sig), "");
+        assert_eq!(verify(&json, "12345"), Ok(()));
         let other_port = URL.replace("mycompany.com", "mycompany.com:8443");
         assert_eq!(
             verify(&request(&other_port, FORM, Some(SIG), FORM_BODY), "12345"),
