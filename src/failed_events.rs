@@ -12,8 +12,8 @@ use worker::{Env, Result};
 use crate::clock::now_ms;
 use crate::config::AlertSettings;
 use crate::d1::{Db, Statement};
-use crate::effects::{self, Applied};
 use crate::event::VerifiedEvent;
+use crate::ledger::{self, Applied};
 use crate::outbox::{self, notify_operator::Alert};
 
 /// What [`record`] did.
@@ -116,8 +116,8 @@ pub async fn dismiss(env: &Env, event: &VerifiedEvent) -> Result<Applied> {
         ],
     );
     let db = Db::from_env(env)?;
-    let batch = [effects::ledger_row(event, now), record];
-    let applied = effects::apply(&db, event, &batch).await?;
+    let batch = [ledger::row(event, now), record];
+    let applied = ledger::apply(&db, event, &batch).await?;
     if applied == Applied::Now {
         return Ok(applied);
     }

@@ -16,12 +16,14 @@
 //!   it before replying, and retries an unfinished effect from its alarm;
 //!   its state machine is pure code in `inbox/state.rs`.
 //! - [`effects`]: what an event changes in D1, applied in one batch with the
-//!   ledger row that makes it happen once, and the outbox rows of its side
-//!   effects. **Add an effect** there: one file and one arm in `plan`.
-//! - [`outbox`]: after the commit, side effects (email, chat) go through a
-//!   Queue; the consumer performs each once, under its own idempotency key,
-//!   and a cron relay re-sends what a lost message left behind. **Add a side
-//!   effect** there: one file and one `Action` variant.
+//!   [`ledger`] row that makes it happen once, and the outbox rows of its
+//!   side effects. **Add an effect** there: one file, its `mod` line and its
+//!   line in `EFFECTS`.
+//! - [`outbox`]: after the commit, side effects (an `Email`, a
+//!   `ChatMessage`) go through a Queue; the consumer performs each once,
+//!   under its own idempotency key, and a cron relay re-sends what a lost
+//!   message left behind. **Add a kind of call** there: one file and one
+//!   `Action` variant.
 //! - [`admin`]: `/admin/api/…` behind a bearer token and the `/admin`
 //!   dashboard — events, their deliveries and side effects, replay, dismiss,
 //!   requeue. **Add an endpoint** in `admin/api.rs`, reading through
@@ -46,6 +48,7 @@ pub mod failed_events;
 pub mod fault;
 pub mod http;
 pub mod inbox;
+pub mod ledger;
 pub mod log;
 pub mod outbox;
 pub mod providers;

@@ -89,7 +89,7 @@ describe("alerts with ALERT_URL set", () => {
       return rows.length > 0 && rows.every((r) => r.status === "sent") && rows;
     }, 20_000, "the dead alert to be sent");
     assert.ok(rows.length <= bucketsSince(started));
-    assert.match(JSON.parse(rows[0].payload).text, /^stripe: side effect send_receipt of event evt_\w+ is dead after 2 attempts: target answered 503\. Requeue it/);
+    assert.match(JSON.parse(rows[0].payload).text, /^stripe: side effect send_email of event evt_\w+ is dead after 2 attempts: target answered 503\. Requeue it/);
 
     // The alert target is down too: GitHub's first failure alert dies, and
     // no alert about it follows.

@@ -120,7 +120,7 @@ test("sign in, read the counters and events, open an event", async () => {
   // the dead receipt (one more of each should an ALERT_INTERVAL end
   // between them); logged only, as ALERT_URL is unset.
   const alerts = await page.locator("table").last().locator("tbody tr").allTextContents();
-  const dead = alerts.filter((a) => /stripe: side effect send_receipt of event evt_\w+ is dead after 1 attempt: target answered 503/.test(a));
+  const dead = alerts.filter((a) => /stripe: side effect send_email of event evt_\w+ is dead after 1 attempt: target answered 503/.test(a));
   const gaveUp = alerts.filter((a) => /stripe: event evt_\w+ \(checkout\.session\.completed\) gave up: injected fault: before effect/.test(a));
   assert.equal(dead.length + gaveUp.length, alerts.length, alerts.join("\n"));
   assert.equal(dead.length, 1);
@@ -130,7 +130,7 @@ test("sign in, read the counters and events, open an event", async () => {
   const text = await page.locator("body").textContent();
   assert.match(text, new RegExp(processedId));
   assert.match(text, /injected fault: before effect/);
-  assert.match(text, /send_receipt/);
+  assert.match(text, /send_email/);
   assert.match(text, /target answered 503/);
   await page.screenshot({ path: "tests/artifacts/dashboard.png", fullPage: true });
 
@@ -155,7 +155,7 @@ test("sign in, read the counters and events, open an event", async () => {
   const shown = await page.locator("details pre").textContent();
   assert.match(shown, new RegExp(`^\\{\\n  "id": "${processedId}",\\n`));
   assert.match(shown, /"amount_total": 2000,/);
-  assert.match(detail, /send_receipt.*dead/s);
+  assert.match(detail, /send_email.*dead/s);
   await page.screenshot({ path: "tests/artifacts/dashboard-event.png", fullPage: true });
   await page.close();
 });
@@ -212,7 +212,7 @@ test("from the overview: Replay a failed event, Requeue a dead side effect; each
 
   await page.goto(`${origin}/admin`);
   const calls = w.target.calls.length;
-  const deadRow = page.locator("tr", { hasText: "send_receipt" }).filter({ hasText: processedId });
+  const deadRow = page.locator("tr", { hasText: "send_email" }).filter({ hasText: processedId });
   await deadRow.locator("button:has-text('Requeue')").click();
   await page.waitForURL(`${origin}/admin?done=requeued`);
   assert.match(await page.locator(".notice").textContent(), /Requeued: the side effect will be tried again/);

@@ -53,7 +53,7 @@ describe("the outbox", () => {
 
     const row = await settled(id, "sent");
     assert.equal((await rowsOf(id)).length, 1);
-    assert.equal(row.action, "send_receipt");
+    assert.equal(row.action, "send_email");
     const calls = emailsTo(email);
     assert.ok(calls.length >= 1, "the email API was called");
     assert.deepEqual([...new Set(calls.map((c) => c.idempotencyKey))], [row.idempotency_key]);
@@ -61,7 +61,7 @@ describe("the outbox", () => {
     assert.equal(call.url, "http://email.test/emails");
     assert.equal(call.authorization, "Bearer re_test_key");
     const sent = JSON.parse(call.body);
-    assert.equal(sent.from, "receipts@example.com");
+    assert.equal(sent.from, "noreply@example.com");
     assert.match(sent.text, /42\.05 EUR/);
   });
 

@@ -1,42 +1,85 @@
 //! Business effects: what an event changes in D1, planned as SQL statements
-//! and applied in ONE batch (one transaction) together with the ledger row
-//! and the outbox rows of its side effects (see `outbox`).
+//! and applied in ONE batch (one transaction) with the event's ledger row
+//! (see `ledger`) and the outbox rows of its side effects (see `outbox`).
+//! The ledger row comes first: a second attempt at the event fails on it and
+//! rolls back the rest, so each effect happens once.
 //!
-//! The ledger row (`processed_events`, primary key `(source, event_id)`) is a
-//! plain INSERT placed first in the batch. A second attempt at the same event
-//! fails on it and rolls back everything else, which is what makes
-//! non-idempotent writes (a counter increment) happen exactly once.
-//!
-//! Where the signature does not cover the event id, the row also holds the
-//! body's SHA-256, unique per source: the fence against a signed body resent
-//! under a fresh id. GitHub, Shopify, Linear, Twilio and header-keyed generic
-//! HMAC sign the body but not the header carrying the id, so anyone who saw
-//! one delivery could otherwise apply it again and again. A replayed body's
-//! batch rolls back like any duplicate's, whatever id it came under. To add an
-//! effect, write a function returning statements (see `stars.rs`) and add an
-//! arm to [`plan`].
-//!
-//! Planning is pure, so it is tested on the host; only [`apply`] touches D1.
+//! To add an effect: a file beside `stars.rs` whose function reads the event
+//! and returns an [`Effect`], its `mod` line, its line in `EFFECTS`, and
+//! its tables in a new file under `migrations/`. Planning is pure, so it is
+//! tested on the host; only `ledger::apply` touches D1.
 
-pub mod orders;
-pub mod stars;
+mod orders;
+mod stars;
 mod subscriptions;
 
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use crate::d1::Db;
 pub use crate::d1::{Statement, Value};
 use crate::event::VerifiedEvent;
-use crate::outbox::{self, notify_chat, send_receipt, SideEffect};
+use crate::ledger;
+use crate::outbox::{self, SideEffect};
+
+/// Which effect each event gets, by provider and event type. An event not
+/// listed has none: its ledger row alone records that it was handled. Every
+/// generic `hmac` source's provider is `hmac`: an effect for one of them
+/// tells them apart by `event.source`, the name in its URL.
+const EFFECTS: &[(&str, &str, Planner)] = &[
+    ("stripe", "checkout.session.completed", orders::completed),
+    (
+        "stripe",
+        "checkout.session.async_payment_succeeded",
+        orders::async_succeeded,
+    ),
+    (
+        "stripe",
+        "checkout.session.async_payment_failed",
+        orders::async_failed,
+    ),
+    (
+        "stripe",
+        "payment_intent.succeeded",
+        orders::payment_succeeded,
+    ),
+    (
+        "stripe",
+        "customer.subscription.updated",
+        subscriptions::set_state,
+    ),
+    (
+        "stripe",
+        "customer.subscription.deleted",
+        subscriptions::set_state,
+    ),
+    ("github", "star.created", stars::created),
+    ("github", "star.deleted", stars::deleted),
+];
+
+/// An effect's planner: the event and the time (ms, for rows' timestamps)
+/// to what it writes.
+pub type Planner = fn(&VerifiedEvent, i64) -> Result<Effect, PlanError>;
+
+/// What an event changes: its writes, and the side effects to perform once
+/// they have committed (an email, a chat message: see `outbox`).
+#[derive(Debug, Default)]
+pub struct Effect {
+    pub writes: Vec<Statement>,
+    pub side_effects: Vec<SideEffect>,
+}
 
 /// The event's body lacks what its effect needs. Permanent: retrying the
-/// same bytes cannot help, so the receiver answers 400 before claiming.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlanError(pub String);
-
-const LEDGER_INSERT: &str = "INSERT INTO processed_events \
-     (source, event_id, type, received_at, processed_at, fence_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+/// same bytes cannot help, so the receiver answers 400 before claiming. A
+/// fixed phrase: the body's own values (an email address) are not echoed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// Not the JSON the effect reads: a field missing or of another type.
+    #[error("the body is not what this event's effect reads (line {line}, column {column})")]
+    Unreadable { line: usize, column: usize },
+    /// Readable, but not what its event type says it is.
+    #[error("the body is not {0}")]
+    NotA(&'static str),
+}
 
 /// An event's effect: the batch to commit, and the keys of the outbox rows
 /// it writes (to enqueue once it has committed).
@@ -46,155 +89,54 @@ pub struct Plan {
     pub outbox_keys: Vec<String>,
 }
 
-/// The event's ledger row: "handled", with what the fence needs. The first
-/// statement of every effect batch, and alone the record of an event an
-/// operator dismissed.
-pub fn ledger_row(event: &VerifiedEvent, now: i64) -> Statement {
-    Statement {
-        sql: LEDGER_INSERT,
-        params: vec![
-            event.source.as_str().into(),
-            event.id.as_str().into(),
-            event.kind.as_str().into(),
-            event.received_at.into(),
-            now.into(),
-            event.fence.as_deref().into(),
-        ],
-    }
-}
-
 /// The full batch for an event: the ledger row first, then its writes, then
 /// one outbox row per side effect. `now` (ms) stamps `processed_at` and the
 /// rows.
 pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
-    let ledger = ledger_row(event, now);
-    let body = event.body.as_str();
-    let checkout = match event.provider.as_str() {
-        "stripe" => orders_outcome(&event.kind),
-        _ => None,
+    let planner = EFFECTS
+        .iter()
+        .find(|(provider, kind, _)| *provider == event.provider && *kind == event.kind);
+    let effect = match planner {
+        Some((_, _, planner)) => planner(event, now)?,
+        None => Effect::default(),
     };
-    let (writes, side_effects): (Vec<Statement>, Vec<SideEffect>) =
-        match (event.provider.as_str(), event.kind.as_str(), checkout) {
-            (_, _, Some(outcome)) => {
-                let session = orders::CheckoutSession::from_event(body)?;
-                let receipt = outcome
-                    .receipt_due(&session)
-                    .then(|| send_receipt::intent(&session))
-                    .flatten();
-                (
-                    orders::checkout(&session, outcome, now),
-                    receipt.into_iter().collect(),
-                )
-            }
-            ("stripe", "payment_intent.succeeded", _) => {
-                (orders::payment_succeeded(body, now)?, Vec::new())
-            }
-            ("stripe", "customer.subscription.updated" | "customer.subscription.deleted", _) => {
-                (subscriptions::set_state(body, &event.id, now)?, Vec::new())
-            }
-            ("github", "star.created", _) => {
-                let star = stars::StarEvent::from_event(body, true)?;
-                (stars::count(&star, 1), vec![notify_chat::intent(&star)])
-            }
-            ("github", "star.deleted", _) => {
-                let star = stars::StarEvent::from_event(body, false)?;
-                (stars::count(&star, -1), Vec::new())
-            }
-            // Any other event: the ledger row alone records that it was handled.
-            _ => (Vec::new(), Vec::new()),
-        };
-    let (outbox_rows, outbox_keys): (Vec<Statement>, Vec<String>) = side_effects
+    let (outbox_rows, outbox_keys): (Vec<Statement>, Vec<String>) = effect
+        .side_effects
         .into_iter()
         .map(|side_effect| outbox::insert(event, side_effect, now))
         .unzip();
-    let batch = std::iter::once(ledger)
-        .chain(writes)
+    let batch = std::iter::once(ledger::row(event, now))
+        .chain(effect.writes)
         .chain(outbox_rows)
         .collect();
     Ok(Plan { batch, outbox_keys })
 }
 
-/// The checkout events and what each says of its order.
-fn orders_outcome(kind: &str) -> Option<orders::CheckoutOutcome> {
-    use orders::CheckoutOutcome::*;
-    match kind {
-        "checkout.session.completed" => Some(Completed),
-        "checkout.session.async_payment_succeeded" => Some(AsyncSucceeded),
-        "checkout.session.async_payment_failed" => Some(AsyncFailed),
-        _ => None,
-    }
-}
-
-/// How an apply attempt ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Applied {
-    /// This attempt committed the effect.
-    Now,
-    /// The ledger already held the event: an earlier attempt committed the
-    /// effect (its reply or its "done" mark was lost). Success, not an error.
-    Earlier,
-    /// The ledger holds this source's same signed body under another event
-    /// id (`of`): a replayed body. Its effect already happened; nothing is
-    /// done again.
-    Replayed { of: String },
-}
-
-/// Runs the planned batch for `event` as one D1 transaction.
-pub async fn apply(db: &Db, event: &VerifiedEvent, batch: &[Statement]) -> worker::Result<Applied> {
-    match db.batch(batch).await {
-        Ok(()) => Ok(Applied::Now),
-        Err(e) if is_ledger_conflict(&e.to_string()) => ledger_holder(db, event).await,
-        Err(e) => Err(e),
-    }
-}
-
-/// After a ledger clash: which row the event clashed with. Its own id first
-/// (an earlier attempt), else the row holding the same body (a replay).
-async fn ledger_holder(db: &Db, event: &VerifiedEvent) -> worker::Result<Applied> {
-    let holder = Statement::new(
-        "SELECT event_id FROM processed_events \
-         WHERE source = ?1 AND (event_id = ?2 OR fence_sha256 = ?3) \
-         ORDER BY event_id = ?2 DESC LIMIT 1",
-        vec![
-            event.source.as_str().into(),
-            event.id.as_str().into(),
-            event.fence.as_deref().into(),
-        ],
-    );
-    match db.text(&holder, "event_id").await? {
-        Some(id) if id == event.id => Ok(Applied::Earlier),
-        Some(id) => Ok(Applied::Replayed { of: id }),
-        None => Err("the ledger reported a clash but holds no matching row".into()),
-    }
-}
-
-/// SQLite reports a primary-key or unique-index clash as a UNIQUE constraint
-/// failure naming the table; only the ledger's counts as "already applied".
-fn is_ledger_conflict(message: &str) -> bool {
-    message.contains("UNIQUE constraint failed: processed_events")
-}
-
 /// A Stripe event: its creation time and `data.object`.
 #[derive(Deserialize)]
-pub(crate) struct StripeEvent<T> {
+pub struct StripeEvent<T> {
     pub created: i64,
     pub data: StripeData<T>,
 }
 
 #[derive(Deserialize)]
-pub(crate) struct StripeData<T> {
+pub struct StripeData<T> {
     pub object: T,
 }
 
-pub(crate) fn parse<T: DeserializeOwned>(body: &str) -> Result<T, PlanError> {
-    serde_json::from_str(body).map_err(|e| PlanError(e.to_string()))
+/// The body as `T`, or why not (its position, not its content).
+pub fn parse<T: DeserializeOwned>(body: &str) -> Result<T, PlanError> {
+    serde_json::from_str(body).map_err(|e| PlanError::Unreadable {
+        line: e.line(),
+        column: e.column(),
+    })
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    pub(super) fn event(provider: &str, kind: &str, body: &str) -> VerifiedEvent {
+    pub(crate) fn event(provider: &str, kind: &str, body: &str) -> VerifiedEvent {
         VerifiedEvent {
             source: provider.into(),
             provider: provider.into(),
@@ -207,22 +149,12 @@ mod tests {
     }
 
     #[test]
-    fn every_batch_starts_with_the_ledger_row() {
+    fn an_event_without_an_effect_writes_its_ledger_row_alone() {
         let plan = plan(&event("github", "ping", "{}"), 2_000).unwrap();
         assert!(plan.outbox_keys.is_empty());
         assert_eq!(
             plan.batch,
-            vec![Statement {
-                sql: LEDGER_INSERT,
-                params: vec![
-                    "github".into(),
-                    "evt_1".into(),
-                    "ping".into(),
-                    Value::Int(1_000),
-                    Value::Int(2_000),
-                    crate::event::sha256_hex(b"{}").into(),
-                ],
-            }]
+            vec![ledger::row(&event("github", "ping", "{}"), 2_000)]
         );
     }
 
@@ -231,7 +163,10 @@ mod tests {
         let body = r#"{"action":"created","starred_at":"2026-01-01T00:00:00Z","repository":{"full_name":"o/r"}}"#;
         let plan = plan(&event("github", "star.created", body), 2_000).unwrap();
         assert_eq!(plan.batch.len(), 3);
-        assert_eq!(plan.batch[0].sql, LEDGER_INSERT);
+        assert_eq!(
+            plan.batch[0],
+            ledger::row(&event("github", "star.created", body), 2_000)
+        );
         assert!(plan.batch[1].sql.contains("repo_stars"));
         assert!(plan.batch[2].sql.starts_with("INSERT INTO outbox"));
         let key = outbox::idempotency_key("github", "evt_1", "notify_chat");
@@ -281,7 +216,7 @@ mod tests {
         assert_eq!(paid.outbox_keys, later.outbox_keys);
         assert_eq!(
             paid.outbox_keys[0],
-            outbox::idempotency_key("checkout_session", "cs_9", "send_receipt")
+            outbox::idempotency_key("checkout_session", "cs_9", "send_email")
         );
         let failed = plan(
             &event(
@@ -292,18 +227,5 @@ mod tests {
             2,
         );
         assert!(failed.unwrap().outbox_keys.is_empty());
-    }
-
-    #[test]
-    fn only_a_ledger_clash_counts_as_already_applied() {
-        assert!(is_ledger_conflict(
-            "D1_ERROR: UNIQUE constraint failed: processed_events.source, processed_events.event_id: SQLITE_CONSTRAINT"
-        ));
-        assert!(!is_ledger_conflict(
-            "UNIQUE constraint failed: orders.checkout_session_id"
-        ));
-        assert!(!is_ledger_conflict(
-            "D1_ERROR: no such table: processed_events"
-        ));
     }
 }

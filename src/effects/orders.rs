@@ -17,7 +17,50 @@
 
 use serde::Deserialize;
 
-use super::{parse, PlanError, Statement, StripeEvent};
+use super::{parse, Effect, PlanError, Statement, StripeEvent};
+use crate::event::VerifiedEvent;
+use crate::outbox::{Email, SideEffect};
+
+/// `checkout.session.completed`: the order, paid or awaiting payment.
+pub fn completed(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
+    on_checkout(event, now, CheckoutOutcome::Completed)
+}
+
+/// `checkout.session.async_payment_succeeded`: the delayed payment came.
+pub fn async_succeeded(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
+    on_checkout(event, now, CheckoutOutcome::AsyncSucceeded)
+}
+
+/// `checkout.session.async_payment_failed`: it did not.
+pub fn async_failed(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
+    on_checkout(event, now, CheckoutOutcome::AsyncFailed)
+}
+
+/// The order's row, and the buyer's receipt once the money is in.
+fn on_checkout(
+    event: &VerifiedEvent,
+    now: i64,
+    outcome: CheckoutOutcome,
+) -> Result<Effect, PlanError> {
+    let session = CheckoutSession::from_event(&event.body)?;
+    let receipt = outcome
+        .receipt_due(&session)
+        .then(|| receipt(&session))
+        .flatten();
+    Ok(Effect {
+        writes: checkout(&session, outcome, now),
+        side_effects: receipt.into_iter().collect(),
+    })
+}
+
+/// `payment_intent.succeeded`: the order it paid for is paid.
+pub fn payment_succeeded(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
+    let intent: StripeEvent<PaymentIntent> = parse(&event.body)?;
+    Ok(Effect {
+        writes: mark_paid(&intent.data.object.id, now),
+        side_effects: Vec::new(),
+    })
+}
 
 /// The parts of a Checkout Session the order and the receipt need.
 #[derive(Deserialize)]
@@ -124,12 +167,58 @@ pub fn checkout(session: &CheckoutSession, outcome: CheckoutOutcome, now: i64) -
     }]
 }
 
-pub fn payment_succeeded(body: &str, now: i64) -> Result<Vec<Statement>, PlanError> {
-    let event: StripeEvent<PaymentIntent> = parse(body)?;
-    Ok(vec![Statement {
+fn mark_paid(payment_intent: &str, now: i64) -> Vec<Statement> {
+    vec![Statement {
         sql: MARK_PAID_BY_INTENT,
-        params: vec![event.data.object.id.into(), now.into()],
-    }])
+        params: vec![payment_intent.into(), now.into()],
+    }]
+}
+
+/// The receipt for a paid checkout; none without an email. Keyed by the
+/// checkout session, so one purchase sends one receipt whichever events and
+/// sources report it.
+fn receipt(session: &CheckoutSession) -> Option<SideEffect> {
+    let to = session.email()?.to_string();
+    let amount = match (session.amount_total, &session.currency) {
+        (Some(minor), Some(currency)) => format!(" of {}", format_amount(minor, currency)),
+        _ => String::new(),
+    };
+    let email = Email {
+        to,
+        subject: "Your receipt".into(),
+        text: format!(
+            "Thank you! We received your payment{amount} (order {}).",
+            session.id
+        ),
+    };
+    Some(email.send().about("checkout_session", &session.id))
+}
+
+/// An amount in minor units, written with its currency's exponent: JPY has
+/// no minor unit, KWD has three decimals, most have two (Stripe's lists of
+/// zero- and three-decimal currencies).
+fn format_amount(minor: i64, currency: &str) -> String {
+    const ZERO_DECIMAL: [&str; 16] = [
+        "BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV",
+        "XAF", "XOF", "XPF",
+    ];
+    const THREE_DECIMAL: [&str; 5] = ["BHD", "JOD", "KWD", "OMR", "TND"];
+    let code = currency.to_ascii_uppercase();
+    let exponent = if ZERO_DECIMAL.contains(&code.as_str()) {
+        0
+    } else if THREE_DECIMAL.contains(&code.as_str()) {
+        3
+    } else {
+        2
+    };
+    let sign = if minor < 0 { "-" } else { "" };
+    let minor = minor.unsigned_abs();
+    if exponent == 0 {
+        return format!("{sign}{minor} {code}");
+    }
+    let unit = 10u64.pow(exponent);
+    let width = exponent as usize;
+    format!("{sign}{}.{:0width$} {code}", minor / unit, minor % unit)
 }
 
 #[cfg(test)]
@@ -213,9 +302,39 @@ mod tests {
     #[test]
     fn payment_only_updates_an_existing_order() {
         let body = r#"{"created":5,"data":{"object":{"id":"pi_1"}}}"#;
-        let plan = payment_succeeded(body, 9).unwrap();
+        let event = crate::effects::tests::event("stripe", "payment_intent.succeeded", body);
+        let plan = payment_succeeded(&event, 9).unwrap().writes;
         assert!(plan[0].sql.starts_with("UPDATE orders"));
         assert_eq!(plan[0].params, vec!["pi_1".into(), Value::Int(9)]);
+    }
+
+    #[test]
+    fn a_receipt_names_the_amount_and_order() {
+        let body = r#"{"created":1,"data":{"object":{"id":"cs_1","amount_total":4205,"currency":"eur",
+            "customer_details":{"email":"a@b.c"}}}}"#;
+        let side_effect = receipt(&CheckoutSession::from_event(body).unwrap()).unwrap();
+        let email: Email = serde_json::from_str(&side_effect.payload).unwrap();
+        assert_eq!(email.to, "a@b.c");
+        assert_eq!(
+            email.text,
+            "Thank you! We received your payment of 42.05 EUR (order cs_1)."
+        );
+    }
+
+    #[test]
+    fn amounts_use_the_currencys_exponent() {
+        assert_eq!(format_amount(4205, "usd"), "42.05 USD");
+        assert_eq!(format_amount(500, "jpy"), "500 JPY");
+        assert_eq!(format_amount(1234, "kwd"), "1.234 KWD");
+        assert_eq!(format_amount(5, "eur"), "0.05 EUR");
+        assert_eq!(format_amount(-150, "eur"), "-1.50 EUR");
+        assert_eq!(format_amount(7, "bhd"), "0.007 BHD");
+    }
+
+    #[test]
+    fn no_email_no_receipt() {
+        let body = r#"{"created":1,"data":{"object":{"id":"cs_1"}}}"#;
+        assert!(receipt(&CheckoutSession::from_event(body).unwrap()).is_none());
     }
 
     #[test]

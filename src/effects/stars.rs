@@ -10,13 +10,41 @@
 
 use serde::Deserialize;
 
-use super::{parse, PlanError, Statement};
+use super::{parse, Effect, PlanError, Statement};
+use crate::event::VerifiedEvent;
+use crate::outbox::ChatMessage;
+
+/// `star.created`: one more, and a word in the chat channel.
+pub fn created(event: &VerifiedEvent, _: i64) -> Result<Effect, PlanError> {
+    let star = StarEvent::from_event(&event.body, true)?;
+    Ok(Effect {
+        writes: count(&star, 1),
+        side_effects: vec![message(&star).post()],
+    })
+}
+
+/// `star.deleted`: one fewer.
+pub fn deleted(event: &VerifiedEvent, _: i64) -> Result<Effect, PlanError> {
+    let star = StarEvent::from_event(&event.body, false)?;
+    Ok(Effect {
+        writes: count(&star, -1),
+        side_effects: Vec::new(),
+    })
+}
+
+/// What the chat channel is told.
+fn message(star: &StarEvent) -> ChatMessage {
+    let who = star.sender.as_ref().map_or("Someone", |s| s.login.as_str());
+    ChatMessage {
+        text: format!("{who} starred {}", star.repository.full_name),
+    }
+}
 
 /// The parts of a `star` event the counter and the chat message need.
 #[derive(Deserialize)]
-pub struct StarEvent {
-    pub repository: Repository,
-    pub sender: Option<Sender>,
+struct StarEvent {
+    repository: Repository,
+    sender: Option<Sender>,
     /// Present in every star event, and only there: a time when starred,
     /// `null` when not. Required (no default when absent, unlike a plain
     /// `Option`), so that a body of another type is refused.
@@ -25,23 +53,23 @@ pub struct StarEvent {
 }
 
 #[derive(Deserialize)]
-pub struct Repository {
-    pub full_name: String,
+struct Repository {
+    full_name: String,
 }
 
 #[derive(Deserialize)]
-pub struct Sender {
-    pub login: String,
+struct Sender {
+    login: String,
 }
 
 impl StarEvent {
     /// Reads a `star.created` (`starred` true) or `star.deleted` body, and
     /// refuses one that lacks a star's shape.
-    pub fn from_event(body: &str, starred: bool) -> Result<Self, PlanError> {
+    fn from_event(body: &str, starred: bool) -> Result<Self, PlanError> {
         let star: StarEvent = parse(body)?;
         if star.starred_at.is_some() != starred {
-            return Err(PlanError(
-                "not a star event: starred_at must be a time when starred, null when not".into(),
+            return Err(PlanError::NotA(
+                "a star event: starred_at must be a time when starred, null when not",
             ));
         }
         Ok(star)
@@ -52,7 +80,7 @@ const ADD_STARS: &str = "INSERT INTO repo_stars (repo, stars) VALUES (?1, ?2) \
      ON CONFLICT (repo) DO UPDATE SET stars = repo_stars.stars + excluded.stars";
 
 /// `delta` is +1 for `created`, -1 for `deleted`.
-pub fn count(star: &StarEvent, delta: i64) -> Vec<Statement> {
+fn count(star: &StarEvent, delta: i64) -> Vec<Statement> {
     vec![Statement {
         sql: ADD_STARS,
         params: vec![star.repository.full_name.as_str().into(), delta.into()],
@@ -70,6 +98,13 @@ mod tests {
             r#"{"action":"deleted","starred_at":null,"repository":{"full_name":"octo/cat"}}"#;
         let plan = count(&StarEvent::from_event(body, false).unwrap(), -1);
         assert_eq!(plan[0].params, vec!["octo/cat".into(), Value::Int(-1)]);
+    }
+
+    #[test]
+    fn the_message_names_who_and_what() {
+        let body = r#"{"action":"created","starred_at":"2026-01-01T00:00:00Z","repository":{"full_name":"octo/cat"},"sender":{"login":"mona"}}"#;
+        let side_effect = message(&StarEvent::from_event(body, true).unwrap()).post();
+        assert_eq!(side_effect.payload, r#"{"text":"mona starred octo/cat"}"#);
     }
 
     #[test]

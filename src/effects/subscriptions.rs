@@ -7,7 +7,8 @@
 
 use serde::Deserialize;
 
-use super::{parse, PlanError, Statement, StripeEvent};
+use super::{parse, Effect, PlanError, Statement, StripeEvent};
+use crate::event::VerifiedEvent;
 
 #[derive(Deserialize)]
 struct Subscription {
@@ -26,31 +27,40 @@ const SET_IF_NEWER: &str = "INSERT INTO subscriptions \
      WHERE excluded.event_created > subscriptions.event_created \
         OR (excluded.event_created = subscriptions.event_created AND excluded.status = 'canceled')";
 
-pub fn set_state(body: &str, event_id: &str, now: i64) -> Result<Vec<Statement>, PlanError> {
-    let event: StripeEvent<Subscription> = parse(body)?;
-    let sub = event.data.object;
-    Ok(vec![Statement {
+/// `customer.subscription.updated` or `…deleted`: the subscription's state,
+/// unless a newer event set it already.
+pub fn set_state(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
+    let stripe: StripeEvent<Subscription> = parse(&event.body)?;
+    let sub = stripe.data.object;
+    let writes = vec![Statement {
         sql: SET_IF_NEWER,
         params: vec![
             sub.id.into(),
             sub.customer.into(),
             sub.status.into(),
-            event.created.into(),
-            event_id.into(),
+            stripe.created.into(),
+            event.id.as_str().into(),
             now.into(),
         ],
-    }])
+    }];
+    Ok(Effect {
+        writes,
+        side_effects: Vec::new(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::effects::tests::event;
     use crate::effects::Value;
 
     #[test]
     fn carries_the_event_time_as_the_version() {
         let body = r#"{"created":1700,"data":{"object":{"id":"sub_1","customer":"cus_1","status":"active"}}}"#;
-        let plan = set_state(body, "evt_9", 5).unwrap();
+        let mut event = event("stripe", "customer.subscription.updated", body);
+        event.id = "evt_9".into();
+        let plan = set_state(&event, 5).unwrap().writes;
         assert_eq!(
             plan[0].params,
             vec![
@@ -67,6 +77,7 @@ mod tests {
     #[test]
     fn an_event_without_created_is_a_plan_error() {
         let body = r#"{"data":{"object":{"id":"sub_1","status":"active"}}}"#;
-        assert!(set_state(body, "evt_9", 5).is_err());
+        let event = event("stripe", "customer.subscription.updated", body);
+        assert!(set_state(&event, 5).is_err());
     }
 }

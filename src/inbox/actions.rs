@@ -8,9 +8,9 @@ use super::state::{EventState, Outcome};
 use super::store::{DeliveryKind, LoggedDelivery};
 use super::EventInbox;
 use crate::clock::now_ms;
-use crate::effects::Applied;
 use crate::event::{self, dedupe_key};
 use crate::failed_events;
+use crate::ledger::Applied;
 use crate::log::{self, Line};
 
 impl EventInbox {

@@ -8,10 +8,11 @@ use super::{Answer, EventInbox};
 use crate::clock::now_ms;
 use crate::config::InboxSettings;
 use crate::d1::Db;
-use crate::effects::{self, Applied, Plan};
+use crate::effects::{self, Plan};
 use crate::event::{dedupe_key, VerifiedEvent};
 use crate::failed_events::{self, Recorded};
 use crate::fault::Fault;
+use crate::ledger::{self, Applied};
 use crate::log::{self, Line};
 use crate::outbox;
 use worker::Result;
@@ -222,11 +223,11 @@ impl EventInbox {
         let plan = match plan {
             Some(plan) => plan,
             None => {
-                effects::plan(event, now_ms()).map_err(|e| format!("unplannable event: {}", e.0))?
+                effects::plan(event, now_ms()).map_err(|e| format!("unplannable event: {e}"))?
             }
         };
         let db = Db::from_env(&self.env).map_err(|e| e.to_string())?;
-        let applied = effects::apply(&db, event, &plan.batch)
+        let applied = ledger::apply(&db, event, &plan.batch)
             .await
             .map_err(|e| e.to_string())?;
         if fault == Some(Fault::FailAfterEffect) {

@@ -199,7 +199,7 @@ impl EventInbox {
             Some(_) => None,
             None => match effects::plan(&event, now_ms()) {
                 Ok(plan) => Some(plan),
-                Err(e) => return Response::error(e.0, UNPLANNABLE),
+                Err(e) => return Response::error(e.to_string(), UNPLANNABLE),
             },
         };
         // If the claim fails, nothing was stored, and the worker may say so.

@@ -8,7 +8,7 @@ use worker::wasm_bindgen::JsValue;
 use worker::{Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage};
 
 use super::notify_operator::Alert;
-use super::{enqueue_now, Action, Call, Job, OutboxStatus, Performed};
+use super::{enqueue_now, Action, Call, CallError, Job, OutboxStatus, Performed};
 use crate::clock::now_ms;
 use crate::config::{self, AlertSettings, OutboxSettings, OUTBOX_DLQ_BINDING};
 use crate::d1::{self, Db, Statement, Value};
@@ -107,8 +107,9 @@ async fn handle(
     };
     let performed = match d1::from_stored::<Action>(&claim.action) {
         Some(action) => action.perform(&claim.payload, &call).await,
-        None => Err(format!("no performer for action '{}'", claim.action)),
-    };
+        None => Err(CallError::UnknownAction),
+    }
+    .map_err(|e| e.to_string());
     let first_attempt = claim.attempts == 1;
     if let (Some(Fault::PauseBeforeComplete(ms)), true) = (fault, first_attempt) {
         // A consumer stalled past its lease (tests only).

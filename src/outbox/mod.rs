@@ -16,16 +16,19 @@
 //!   *same* key (derived from source, event id and action, never from the
 //!   attempt), and the provider's idempotency absorbs it.
 //!
-//! To add a side effect: a file like `notify_chat.rs` with `intent` (the
-//! parsed event → [`SideEffect`]) and `perform` (payload → HTTP call), a
-//! variant of [`Action`] with its arm in `Action::perform`, and the
-//! `intent` call in `effects::plan`.
+//! Effects write side effects as the public payload types here: an
+//! [`Email`], a [`ChatMessage`]. To add a kind of call: a file like
+//! `notify_chat.rs` with its payload type and `perform` (payload → HTTP
+//! call), and a variant of [`Action`] with its arm in `Action::perform`.
 
 pub mod consumer;
-pub mod notify_chat;
+mod notify_chat;
 pub mod notify_operator;
 pub mod relay;
-pub mod send_receipt;
+mod send_email;
+
+pub use notify_chat::ChatMessage;
+pub use send_email::Email;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -44,9 +47,11 @@ use crate::log::{self, Line};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
-    /// Email the buyer a receipt (`send_receipt.rs`).
-    SendReceipt,
-    /// Tell a chat channel (`notify_chat.rs`).
+    /// Send an [`Email`] (`send_email.rs`). Rows written before it had this
+    /// name say `send_receipt`.
+    #[serde(alias = "send_receipt")]
+    SendEmail,
+    /// Post a [`ChatMessage`] (`notify_chat.rs`).
     NotifyChat,
     /// Alert the operators (`notify_operator.rs`): written by the receiver
     /// itself, not by an effect.
@@ -55,9 +60,9 @@ pub enum Action {
 
 impl Action {
     /// Performs the call a row of this action describes.
-    async fn perform(self, payload: &str, call: &Call<'_>) -> Result<Performed, String> {
+    async fn perform(self, payload: &str, call: &Call<'_>) -> Result<Performed, CallError> {
         match self {
-            Action::SendReceipt => send_receipt::perform(payload, call).await,
+            Action::SendEmail => send_email::perform(payload, call).await,
             Action::NotifyChat => notify_chat::perform(payload, call).await,
             Action::NotifyOperator => notify_operator::perform(payload, call).await,
         }
@@ -80,6 +85,33 @@ pub enum OutboxStatus {
     Sent,
     /// Out of attempts; an operator may requeue it.
     Dead,
+}
+
+/// Why a call to a side effect's target failed: what the row's
+/// `last_error`, the log and the operators' alert say. A fixed phrase: the
+/// runtime's own error text can quote the URL, and webhook URLs carry
+/// tokens.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The target's variable is unset, and the deployment does not say
+    /// `SIDE_EFFECTS = "log"`.
+    #[error("{0} (set it, or SIDE_EFFECTS = \"log\" to skip)")]
+    Unconfigured(&'static str),
+    /// The row names an action this worker has no performer for.
+    #[error("no performer for this row's action")]
+    UnknownAction,
+    /// The row's payload is not its action's payload type.
+    #[error("unreadable payload")]
+    Unreadable,
+    #[error("invalid target URL")]
+    InvalidUrl,
+    #[error("target timed out after {0} ms")]
+    TimedOut(u32),
+    #[error("target unreachable")]
+    Unreachable,
+    /// Any answer but 2xx.
+    #[error("target answered {0}")]
+    Answered(u16),
 }
 
 /// An intended side effect, produced while planning an event's effect.
@@ -125,13 +157,11 @@ pub enum Performed {
 /// deployment says so (`SIDE_EFFECTS = "log"`, as in `.dev.vars.example`);
 /// anywhere else a failure that retries and dead-letters like any other, so
 /// a deploy that forgot a variable cannot silently drop receipts.
-pub fn unconfigured(env: &Env, note: &'static str) -> Result<Performed, String> {
+pub fn unconfigured(env: &Env, note: &'static str) -> Result<Performed, CallError> {
     if config::text_is(env, "SIDE_EFFECTS", "log") {
         Ok(Performed::Skipped(note))
     } else {
-        Err(format!(
-            "{note} (set it, or SIDE_EFFECTS = \"log\" to skip)"
-        ))
+        Err(CallError::Unconfigured(note))
     }
 }
 
@@ -235,36 +265,34 @@ pub async fn enqueue_now(env: &Env, key: String) {
 }
 
 /// POSTs JSON with the idempotency key, aborted after the call's timeout.
-/// Any answer but 2xx is a failure to retry. Errors are fixed phrases and a
-/// status code: the runtime's own error text can quote the URL, and webhook
-/// URLs carry tokens.
+/// Any answer but 2xx is a failure to retry.
 async fn post_json(
     url: &str,
     body: &str,
     call: &Call<'_>,
     bearer: Option<&str>,
-) -> Result<(), String> {
+) -> Result<(), CallError> {
     let authorization = bearer.map(|token| format!("Bearer {token}"));
     let mut headers = vec![
         ("content-type", "application/json"),
         ("idempotency-key", call.key),
     ];
     headers.extend(authorization.as_deref().map(|a| ("authorization", a)));
-    let request = http::post(url, body, &headers).map_err(|_| "invalid target URL".to_string())?;
+    let request = http::post(url, body, &headers).map_err(|_| CallError::InvalidUrl)?;
     let signal = web_sys::AbortSignal::timeout_with_u32(call.timeout_ms);
     let response = Fetch::Request(request)
         .send_with_signal(&signal.clone().into())
         .await
         .map_err(|_| {
             if signal.aborted() {
-                format!("target timed out after {} ms", call.timeout_ms)
+                CallError::TimedOut(call.timeout_ms)
             } else {
-                "target unreachable".to_string()
+                CallError::Unreachable
             }
         })?;
     match response.status_code() {
         200..=299 => Ok(()),
-        status => Err(format!("target answered {status}")),
+        status => Err(CallError::Answered(status)),
     }
 }
 
@@ -274,11 +302,11 @@ mod tests {
 
     #[test]
     fn the_key_is_stable_and_distinct_per_action() {
-        let a = idempotency_key("stripe", "evt_1", "send_receipt");
-        assert_eq!(a, idempotency_key("stripe", "evt_1", "send_receipt"));
+        let a = idempotency_key("stripe", "evt_1", "send_email");
+        assert_eq!(a, idempotency_key("stripe", "evt_1", "send_email"));
         assert_eq!(a.len(), 64);
         assert_ne!(a, idempotency_key("stripe", "evt_1", "notify_chat"));
-        assert_ne!(a, idempotency_key("stripe", "evt_2", "send_receipt"));
+        assert_ne!(a, idempotency_key("stripe", "evt_2", "send_email"));
         // The separator keeps ("a", "bc") and ("ab", "c") apart.
         assert_ne!(
             idempotency_key("a", "bc", "x"),
@@ -288,17 +316,17 @@ mod tests {
 
     #[test]
     fn the_key_is_sha256_of_the_joined_parts() {
-        // printf 'stripe\nevt_1\nsend_receipt' | sha256sum
+        // printf 'stripe\nevt_1\nsend_email' | sha256sum
         assert_eq!(
-            idempotency_key("stripe", "evt_1", "send_receipt"),
-            "c24ffbe2d9f222eedd6924aa2653c6edb063bbc154ec4d72a33cd74a11830edf"
+            idempotency_key("stripe", "evt_1", "send_email"),
+            "7bdf46962093596c7c7b5751825bb79cff241232e51da2042497f92c6e552d5e"
         );
     }
 
     #[test]
     fn actions_are_named_in_snake_case_both_ways() {
         for (action, name) in [
-            (Action::SendReceipt, "send_receipt"),
+            (Action::SendEmail, "send_email"),
             (Action::NotifyChat, "notify_chat"),
             (Action::NotifyOperator, "notify_operator"),
         ] {
@@ -306,6 +334,8 @@ mod tests {
             assert_eq!(d1::from_stored(name), Some(action));
         }
         assert_eq!(d1::from_stored::<Action>("launch_rockets"), None);
+        // Rows written before the action had its name.
+        assert_eq!(d1::from_stored("send_receipt"), Some(Action::SendEmail));
     }
 
     #[test]

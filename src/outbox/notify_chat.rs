@@ -1,30 +1,28 @@
-//! `notify_chat`: tell a chat channel about a new GitHub star, through a
-//! Slack-style incoming webhook: `POST {NOTIFY_URL}` with `{"text": …}`.
+//! `notify_chat`: a message to a chat channel through a Slack-style incoming
+//! webhook: `POST {NOTIFY_URL}` with `{"text": …}`.
 
 use serde::{Deserialize, Serialize};
 
-use super::{post_json, unconfigured, Action, Call, Performed, SideEffect};
+use super::{post_json, unconfigured, Action, Call, CallError, Performed, SideEffect};
 use crate::config;
-use crate::effects::stars::StarEvent;
 
-/// A Slack-style incoming webhook's body, stored as the row's payload
-/// (also the operators' alerts', see `notify_operator`).
-#[derive(Serialize, Deserialize)]
-pub(super) struct Message {
-    pub(super) text: String,
+/// A Slack-style incoming webhook's body: what an effect writes, and what
+/// the row stores (also the operators' alerts', see `notify_operator`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub text: String,
 }
 
-pub fn intent(star: &StarEvent) -> SideEffect {
-    let who = star.sender.as_ref().map_or("Someone", |s| s.login.as_str());
-    let message = Message {
-        text: format!("{who} starred {}", star.repository.full_name),
-    };
-    SideEffect::new(Action::NotifyChat, &message)
+impl ChatMessage {
+    /// The side effect that posts it once, keyed by the event.
+    pub fn post(&self) -> SideEffect {
+        SideEffect::new(Action::NotifyChat, self)
+    }
 }
 
 /// The URL is a secret of its own (Slack's carry a token): it never appears
 /// in an error or a log line.
-pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, String> {
+pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, CallError> {
     let Some(url) = config::optional(call.env, "NOTIFY_URL") else {
         return unconfigured(call.env, "NOTIFY_URL is not set");
     };
@@ -37,10 +35,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_message_names_who_and_what() {
-        let body = r#"{"action":"created","starred_at":"2026-01-01T00:00:00Z","repository":{"full_name":"octo/cat"},"sender":{"login":"mona"}}"#;
-        let side_effect = intent(&StarEvent::from_event(body, true).unwrap());
+    fn a_message_is_stored_as_slack_reads_it() {
+        let side_effect = ChatMessage { text: "hi".into() }.post();
         assert_eq!(side_effect.action, Action::NotifyChat);
-        assert_eq!(side_effect.payload, r#"{"text":"mona starred octo/cat"}"#);
+        assert_eq!(side_effect.payload, r#"{"text":"hi"}"#);
     }
 }

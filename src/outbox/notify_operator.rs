@@ -15,8 +15,7 @@
 //! one message per bucket, not one per event. An alert that itself goes
 //! dead is logged, never alerted (no loop).
 
-use super::notify_chat::Message;
-use super::{idempotency_key, post_json, Action, Call, Performed};
+use super::{idempotency_key, post_json, Action, Call, CallError, ChatMessage, Performed};
 use crate::clock;
 use crate::config::{self, AlertSettings};
 use crate::d1::Statement;
@@ -146,7 +145,7 @@ impl Alert<'_> {
             &Action::NotifyOperator.name(),
         );
         // A struct of one string: serialization cannot fail.
-        let payload = serde_json::to_string(&Message { text }).expect("payload serializes");
+        let payload = serde_json::to_string(&ChatMessage { text }).expect("payload serializes");
         let mut params = vec![
             key.as_str().into(),
             source.into(),
@@ -163,16 +162,15 @@ impl Alert<'_> {
 /// reads it literally — `&`, `<` and `>` escaped, so that an event id or an
 /// error cannot mention `<!channel>` or hide a link. (Stored unescaped: the
 /// dashboard escapes for HTML, the log line is JSON.)
-fn slack_body(payload: &str) -> Result<String, String> {
-    let message: Message =
-        serde_json::from_str(payload).map_err(|_| "unreadable alert payload".to_string())?;
+fn slack_body(payload: &str) -> Result<String, CallError> {
+    let message: ChatMessage = serde_json::from_str(payload).map_err(|_| CallError::Unreadable)?;
     let text = message
         .text
         .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;");
     // A struct of one string: serialization cannot fail.
-    Ok(serde_json::to_string(&Message { text }).expect("payload serializes"))
+    Ok(serde_json::to_string(&ChatMessage { text }).expect("payload serializes"))
 }
 
 /// `error`, at most [`ERROR_MAX_CHARS`] characters of it.
@@ -185,10 +183,10 @@ fn cut(error: &str) -> String {
 
 /// Posts the alert to `ALERT_URL`, or, unset, logs it. The URL is a secret
 /// (a Slack one carries a token): it never appears in an error or a log.
-pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, String> {
+pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, CallError> {
     let Some(url) = config::optional(call.env, "ALERT_URL") else {
-        let text =
-            serde_json::from_str::<Message>(payload).map_or_else(|_| payload.into(), |m| m.text);
+        let text = serde_json::from_str::<ChatMessage>(payload)
+            .map_or_else(|_| payload.into(), |m| m.text);
         log::warn(
             &Line::new("operator_alert")
                 .idempotency_key(call.key)
@@ -230,7 +228,7 @@ mod tests {
         let dead = Alert::SideEffectDead {
             source: "stripe",
             event_id: "evt_1",
-            action: "send_receipt",
+            action: "send_email",
             key: "k",
             attempts: 5,
             error: "target answered 500",

@@ -1,0 +1,71 @@
+//! `send_email`: an email through a Resend-style API:
+//! `POST {EMAIL_API_URL}/emails`, bearer `EMAIL_API_KEY`, from `EMAIL_FROM`.
+
+use serde::{Deserialize, Serialize};
+
+use super::{post_json, unconfigured, Action, Call, CallError, Performed, SideEffect};
+use crate::config;
+
+/// An email to send: what an effect writes, and what the row stores.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Email {
+    pub to: String,
+    pub subject: String,
+    pub text: String,
+}
+
+impl Email {
+    /// The side effect that sends it once, keyed by the event (or, with
+    /// [`SideEffect::about`], by a business object).
+    pub fn send(&self) -> SideEffect {
+        SideEffect::new(Action::SendEmail, self)
+    }
+}
+
+pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, CallError> {
+    let env = call.env;
+    let Some(api) = config::optional(env, "EMAIL_API_URL") else {
+        return unconfigured(env, "EMAIL_API_URL is not set");
+    };
+    let email: Email = serde_json::from_str(payload).map_err(|_| CallError::Unreadable)?;
+    #[derive(Serialize)]
+    struct Request<'a> {
+        from: &'a str,
+        to: [&'a str; 1],
+        subject: &'a str,
+        text: &'a str,
+    }
+    let from = config::optional(env, "EMAIL_FROM");
+    let request = Request {
+        from: from.as_deref().unwrap_or("noreply@example.com"),
+        to: [&email.to],
+        subject: &email.subject,
+        text: &email.text,
+    };
+    // Strings only: serialization cannot fail.
+    let body = serde_json::to_string(&request).expect("email serializes");
+    let bearer = config::optional(env, "EMAIL_API_KEY");
+    let url = format!("{}/emails", api.trim_end_matches('/'));
+    post_json(&url, &body, call, bearer.as_deref()).await?;
+    Ok(Performed::Sent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_email_is_stored_as_its_fields() {
+        let email = Email {
+            to: "a@b.c".into(),
+            subject: "Hi".into(),
+            text: "Hello".into(),
+        };
+        let side_effect = email.send();
+        assert_eq!(side_effect.action, Action::SendEmail);
+        assert_eq!(
+            side_effect.payload,
+            r#"{"to":"a@b.c","subject":"Hi","text":"Hello"}"#
+        );
+    }
+}
