@@ -6,6 +6,8 @@ export CLOUDFLARE_CF_FETCH_ENABLED := false
 # No banner: its update check calls the npm registry.
 export WRANGLER_HIDE_BANNER := true
 export PATH := $(HOME)/.cargo/bin:$(PATH)
+# A build with fewer providers (and neither admin surface), checked too.
+MINIMAL := stripe,github
 
 .PHONY: dev test setup setup-test build build-minimal lint unit config-check e2e bench costs bodies fuzz-props fuzz soak deploy migrate template-check sizes
 
@@ -16,9 +18,8 @@ dev: setup
 	node scripts/dev.mjs --port 8787
 
 ## Every check: format, lints, host unit tests, wrangler's deploy
-## validation, then the built worker — every feature, and Stripe + GitHub
-## only — end to end in workerd (Miniflare) with real D1, Durable Objects and
-## Queues.
+## validation, then the built worker end to end in workerd (Miniflare) with
+## real D1, Durable Objects and Queues.
 test: setup-test lint unit build-minimal build config-check e2e
 
 ## What running needs (make dev); setup-test adds the browser for the
@@ -35,24 +36,25 @@ build:
 	WORKER_FEATURES= sh scripts/build.sh
 	cargo build -p selftest
 
-## The Stripe + GitHub build without the admin surface, kept in
+# needs: everything
+## The $(MINIMAL) build without the admin surface, kept in
 ## target/variants/ for tests/minimal-build.test.mjs.
 build-minimal:
-	WORKER_FEATURES=stripe,github sh scripts/build.sh
-	rm -rf "target/variants/stripe,github" && mkdir -p target/variants && cp -r build "target/variants/stripe,github"
+	WORKER_FEATURES=$(MINIMAL) sh scripts/build.sh
+	rm -rf "target/variants/$(MINIMAL)" && mkdir -p target/variants && cp -r build "target/variants/$(MINIMAL)"
 
-## Formatting, clippy (host, the wasm, the Stripe + GitHub wasm) and the
+## Formatting, clippy (host, the wasm, the $(MINIMAL) wasm) and the
 ## API docs, all without a warning.
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy --target wasm32-unknown-unknown -- -D warnings
-	cargo clippy --target wasm32-unknown-unknown --no-default-features --features stripe,github -- -D warnings
+	cargo clippy --target wasm32-unknown-unknown --no-default-features --features $(MINIMAL) -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 
 unit:
 	cargo test --workspace
-	cargo test --lib --no-default-features --features stripe,github providers::
+	cargo test --lib --no-default-features --features $(MINIMAL) providers::
 
 ## The built worker, its Durable Object class, migrations and bindings
 ## through wrangler's own deploy validation, offline; the CI workflows parse.
@@ -63,17 +65,20 @@ config-check:
 e2e:
 	node --test --test-concurrency=1 tests/
 
+# needs: everything
 ## The host property fuzz, long: 500,000 cases per property (make test
 ## runs 20,000). See RELIABILITY.md.
 fuzz-props:
 	PROPTEST_CASES=500000 cargo test --release --test property_fuzz
 
+# needs: stripe, github, demos, dashboard
 ## 100,000 hostile requests at the local worker, then 20,000 at its admin
 ## API and dashboard (make test runs 3,000 and 2,000). See RELIABILITY.md.
 fuzz: setup build
 	node fuzz/requests.mjs 100000
 	node fuzz/admin.mjs 20000
 
+# needs: everything
 ## 10,000 Stripe and GitHub deliveries under make dev's runner while the
 ## runtime is SIGKILLed 6 times; checks exactly-once. See RELIABILITY.md.
 soak: setup build
@@ -93,26 +98,31 @@ deploy: setup
 migrate: setup
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" node scripts/deploy.mjs --migrations-only $(if $(STEPWISE),--stepwise "$(STEPWISE)")
 
-## cargo generate from this checkout into a temporary directory, then the
-## copy's host tests, dry-run deploy, receiver tests in workerd and deploy
-## test (about 4 minutes; 4 more to install cargo-generate the first time).
+## cargo generate from this checkout into a temporary directory, three
+## copies (Stripe alone; GitHub and hmac; every default), each checked for
+## names left behind, given its recipes, then its whole suite (about 16
+## minutes; 4 more to install cargo-generate the first time).
 template-check: setup
 	sh scripts/template-check.sh
 
+# needs: everything
 ## The worker's wasm size per feature set, and the cold start of the
 ## default and Stripe + GitHub builds; see BENCHMARKS.md.
 sizes: setup
 	sh bench/sizes.sh
 
+# needs: everything
 ## Throughput and latency against a local worker; see BENCHMARKS.md.
 bench: setup build
 	node bench/run.mjs
 
+# needs: everything
 ## Billable operations per distinct event, duplicate, side effect and
 ## retention wake-up, and the dollars per million events; see BENCHMARKS.md.
 costs: setup build
 	node bench/costs.mjs
 
+# needs: everything
 ## Runtime CPU per event for bodies of 1 KiB to 1 MiB; see BENCHMARKS.md.
 bodies: setup build
 	node bench/bodies.mjs

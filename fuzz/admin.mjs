@@ -19,6 +19,7 @@
 // - afterwards, the operator's own Replay, Dismiss, Requeue and sign-out
 //   work (a fuzz that everything refused would fail here).
 // Traffic goes to 127.0.0.1 only; the run is bounded by its count.
+// needs: stripe, github, demos, dashboard
 import { createHmac } from "node:crypto";
 import { Agent, request } from "node:http";
 import { isDeepStrictEqual } from "node:util";

@@ -7,9 +7,8 @@ set -eu
 cd "$(dirname "$0")/.."
 #
 # WORKER_FEATURES: the cargo features to build in, when not all (the
-# default): a worker that only receives Stripe and GitHub and has no
-# dashboard builds with WORKER_FEATURES=stripe,github,admin (see
-# Cargo.toml's [features]). Set it in the environment of `make deploy` (or
+# default): a worker with two providers and no dashboard builds with
+# WORKER_FEATURES=<provider>,<provider>,admin (see Cargo.toml's [features]). Set it in the environment of `make deploy` (or
 # of the deploy workflow), not in wrangler.toml: the tests need every
 # feature.
 #

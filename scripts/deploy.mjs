@@ -186,7 +186,9 @@ wanted.set("ADMIN_TOKEN", {
     "make one with `openssl rand -base64 32`, or leave it unset to have one generated",
 });
 if (firstDeploy) {
-  wanted.set("EMAIL_API_KEY", { why: "the email API key for receipts (optional)", optional: true });
+  // needs: demos
+  wanted.set("EMAIL_API_KEY", { why: "the email API key (optional)", optional: true });
+  // needs: demos
   wanted.set("NOTIFY_URL", { why: "the chat incoming-webhook URL (optional)", optional: true });
   wanted.set("ALERT_URL", { why: "the operators' alerts incoming-webhook URL (optional; unset, alerts are logged)", optional: true });
 }
@@ -232,6 +234,7 @@ console.log("\nWebhook URLs to paste into each provider:");
 for (const [name, source] of sources) {
   console.log(`  ${`${name} (${source.provider})`.padEnd(28)} ${url}/webhooks/${name}`);
 }
+// needs: dashboard
 console.log(`  ${"dashboard".padEnd(28)} ${url}/admin`);
 
 /** Applies migration `name` of `db` remotely one paragraph (statements

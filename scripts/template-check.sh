@@ -1,11 +1,17 @@
 #!/bin/sh
-# `make template-check`: generates a copy of this checkout with
-# cargo-generate, as a user does from the repository, then checks the copy
-# took its name everywhere, runs its host tests, passes wrangler's deploy
-# validation (a dry run), serves deliveries in workerd (the receiver's
-# end-to-end tests: the local runtime accepts its compatibility_date), and
-# runs `make deploy`'s test against the stand-in wrangler under the new
-# names. Installs cargo-generate if missing.
+# `make template-check`: generates copies of this checkout with
+# cargo-generate, as a user does from the repository, and checks each:
+# - it took its name everywhere, and the template's own files are gone;
+# - no unchosen provider's name and no demo name is left in src/, tests/,
+#   wrangler.toml, migrations/ or its README;
+# - the README's "Make it yours" recipes that apply to it, applied as
+#   written (scripts/template/apply-recipe.mjs);
+# - then its whole test suite (`make test` but the installs: lint with
+#   warnings as errors, host tests, wasm builds, deploy validation, end to
+#   end in workerd).
+# The copies: `providers=stripe demos=false dashboard=false`;
+# `providers=github,hmac demos=false dashboard=true`; all defaults. Installs
+# cargo-generate if missing.
 set -eu
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -19,6 +25,9 @@ if ! cargo generate --version 2>/dev/null | grep -q " $CARGO_GENERATE_VERSION\$"
     cargo install cargo-generate --version "$CARGO_GENERATE_VERSION" --no-default-features --locked
 fi
 
+# docs/recipes.md is the recipes this check applies.
+node scripts/template/recipes-doc.mjs
+
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 # The checkout's files, committed or not, without what git ignores (target/,
@@ -27,29 +36,75 @@ mkdir "$WORK/template"
 git ls-files -z --cached --others --exclude-standard |
     xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' files |
     xargs -0 cp --parents -t "$WORK/template"
+# One build directory for every copy: the dependencies compile once.
+mkdir "$WORK/target"
 
-NAME=hooks-check
-cargo generate --path "$WORK/template" --name "$NAME" --destination "$WORK" \
-    --allow-commands --silent --vcs none
-cd "$WORK/$NAME"
+ALL="stripe github standard-webhooks svix shopify slack linear paddle twilio hmac"
+fail() { echo "template-check: $NAME: $*" >&2; exit 1; }
 
-fail() { echo "template-check: $*" >&2; exit 1; }
-grep -qx "name = \"$NAME\"" Cargo.toml || fail "Cargo.toml keeps the template's package name"
-grep -qx "name = \"$NAME\"" wrangler.toml || fail "wrangler.toml keeps the template's worker name"
-grep -qx "database_name = \"$NAME\"" wrangler.toml || fail "the D1 database keeps the template's name"
-grep -qx "queue = \"$NAME-outbox\"" wrangler.toml || fail "the queues keep the template's names"
-# Today, or the newest date the locked workerd supports if that is earlier.
-SUPPORTED=$(grep -A1 '"node_modules/workerd"' package-lock.json |
-    sed -n 's/.*"version": "1\.\([0-9]\{4\}\)\([0-9]\{2\}\)\([0-9]\{2\}\)\..*/\1-\2-\3/p')
-DATE=$(printf '%s\n%s\n' "$(date -u +%F)" "$SUPPORTED" | sort | head -n 1)
-grep -qx "compatibility_date = \"$DATE\"" wrangler.toml || fail "compatibility_date is not $DATE"
-! grep -rqs "idempotent-webhooks\|idempotent_webhooks\|webhook-outbox" \
-    Cargo.toml Cargo.lock wrangler.toml package.json tests || fail "a template name is left"
-[ ! -e cargo-generate.toml ] && [ ! -e scripts/template ] || fail "the template's own files are left"
+# check <name> <providers> <demos> <dashboard> <recipes>
+check() {
+    NAME=$1 PROVIDERS=$2 DEMOS=$3 DASHBOARD=$4 RECIPES=$5
+    started=$(date +%s)
+    cd "$WORK"
+    cargo generate --path "$WORK/template" --name "$NAME" --destination "$WORK" \
+        --allow-commands --silent --vcs none \
+        -d providers="$PROVIDERS" -d demos="$DEMOS" -d dashboard="$DASHBOARD"
+    cd "$WORK/$NAME"
 
-# The same npm packages as this checkout: nothing is downloaded again.
-ln -s "$ROOT/node_modules" node_modules
-cargo test --workspace
-make config-check
-node --test --test-concurrency=1 tests/receiver.test.mjs tests/deploy.test.mjs
-echo "template-check: the generated $NAME builds, tests and passes the dry-run deploy"
+    grep -qx "name = \"$NAME\"" Cargo.toml || fail "Cargo.toml keeps the template's package name"
+    grep -qx "name = \"$NAME\"" wrangler.toml || fail "wrangler.toml keeps the template's worker name"
+    grep -qx "database_name = \"$NAME\"" wrangler.toml || fail "the D1 database keeps the template's name"
+    grep -qx "queue = \"$NAME-outbox\"" wrangler.toml || fail "the queues keep the template's names"
+    # Today, or the newest date the locked workerd supports if that is earlier.
+    SUPPORTED=$(grep -A1 '"node_modules/workerd"' package-lock.json |
+        sed -n 's/.*"version": "1\.\([0-9]\{4\}\)\([0-9]\{2\}\)\([0-9]\{2\}\)\..*/\1-\2-\3/p')
+    DATE=$(printf '%s\n%s\n' "$(date -u +%F)" "$SUPPORTED" | sort | head -n 1)
+    grep -qx "compatibility_date = \"$DATE\"" wrangler.toml || fail "compatibility_date is not $DATE"
+    ! grep -rqs "idempotent-webhooks\|idempotent_webhooks\|webhook-outbox" \
+        Cargo.toml Cargo.lock wrangler.toml package.json tests || fail "a template name is left"
+    [ ! -e cargo-generate.toml ] && [ ! -e scripts/template ] && [ ! -e scripts/template-check.sh ] ||
+        fail "the template's own files are left"
+    ! grep -rqsE "^\s*(//|#|--) needs( one of)?: " src tests cli Makefile Cargo.toml || fail "a needs: marker is left"
+
+    # What was not chosen leaves no name behind (svix is built on the
+    # standard-webhooks module; a word inside another, as in "start", is no
+    # name).
+    UNCHOSEN=""
+    for p in $ALL; do
+        case ",$PROVIDERS," in *",$p,"*) ;; *) UNCHOSEN="$UNCHOSEN $p" ;; esac
+    done
+    [ "$DEMOS" = true ] || UNCHOSEN="$UNCHOSEN orders repo_stars stars subscriptions receipt"
+    for word in $UNCHOSEN; do
+        case "$word,$PROVIDERS" in standard-webhooks,*svix*) continue ;; esac
+        # The generic HMAC provider's names, not the algorithm's.
+        case $word in
+            hmac) pattern='"hmac"|generic[-_ ]hmac' ;;
+            *) pattern=$(printf '%s' "$word" | sed 's/-/[-_ ]/g') ;;
+        esac
+        left=$(grep -rniwE "$pattern" src tests wrangler.toml migrations README.md || true)
+        [ -z "$left" ] || fail "'$word' is not chosen, but is left:
+$left"
+    done
+    [ "$DASHBOARD" = true ] || [ ! -e src/admin/dashboard.rs ] || fail "the dashboard is left"
+
+    for recipe in $RECIPES; do
+        node "$ROOT/scripts/template/apply-recipe.mjs" "$recipe"
+    done
+
+    # The same npm packages and one build directory: nothing is downloaded
+    # again, and the dependencies compile once.
+    ln -s "$ROOT/node_modules" node_modules
+    ln -s "$WORK/target" target
+    TARGETS="lint unit build config-check e2e"
+    grep -q "^build-minimal:" Makefile && TARGETS="lint unit build-minimal build config-check e2e"
+    # shellcheck disable=SC2086
+    make $TARGETS
+    size=$(gzip -9 -c build/index_bg.wasm | wc -c)
+    echo "template-check: $NAME ($PROVIDERS; demos $DEMOS; dashboard $DASHBOARD; recipes:$RECIPES) passed in $(($(date +%s) - started)) s; its wasm: $size bytes gzipped"
+}
+
+check hooks-stripe stripe false false " a b"
+check hooks-github-hmac github,hmac false true " b"
+check hooks-all "$(echo $ALL | tr ' ' ,)" true true " a b c"
+echo "template-check: three generated copies, their recipes and their whole suites pass"

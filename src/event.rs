@@ -9,12 +9,12 @@ use serde::{Deserialize, Serialize};
 pub struct VerifiedEvent {
     /// The `{source}` it arrived on: the dedupe scope.
     pub source: String,
-    /// The source's provider (`stripe` for a source `stripe-connect`), which
+    /// The source's provider (one provider may serve several sources), which
     /// effects are planned by.
     pub provider: String,
     /// The provider's stable event id.
     pub id: String,
-    /// The event type, e.g. `checkout.session.completed`.
+    /// The event type, as the provider names it.
     pub kind: String,
     /// The raw body, exactly as signed.
     pub body: String,
@@ -31,7 +31,7 @@ pub struct VerifiedEvent {
 impl VerifiedEvent {
     /// `"{source}:{id}"`: the name of the event's inbox and the key in replies.
     /// Scoped by source because ids are only unique within one provider (and
-    /// GitHub's delivery ids may repeat across hooks).
+    /// one provider's ids may repeat across its hooks).
     pub fn key(&self) -> String {
         dedupe_key(&self.source, &self.id)
     }

@@ -58,6 +58,9 @@ pub enum Fault {
     /// Every effect attempt fails until the first time (ms); the failure
     /// report commits, and its reply is lost (an error) until the second.
     ReportReplyLost(i64, i64),
+    /// The event's effect also writes a test side effect, a chat message,
+    /// so that a copy whose effects write none can prove its outbox.
+    WithSideEffect,
 }
 
 impl Fault {
@@ -91,6 +94,7 @@ impl Fault {
             "interrupted-upgrade" => Fault::InterruptedUpgrade,
             "fail-set-alarm" => Fault::FailSetAlarm,
             "crash-before-arming" => Fault::CrashBeforeArming,
+            "with-side-effect" => Fault::WithSideEffect,
             _ => return None,
         })
     }
@@ -112,6 +116,22 @@ impl Fault {
             Fault::CrashBeforeArming => "crash-before-arming".into(),
             Fault::ReportLate(until) => format!("report-late:{until}"),
             Fault::ReportReplyLost(effect, reply) => format!("report-reply-lost:{effect}:{reply}"),
+            Fault::WithSideEffect => "with-side-effect".into(),
+        }
+    }
+
+    /// Whether an effect writes the test side effect: asked for, or a fault
+    /// that acts on side effects where the effect writes none of its own.
+    pub fn wants_side_effect(fault: Option<Fault>, has_own: bool) -> bool {
+        match fault {
+            Some(Fault::WithSideEffect) => true,
+            Some(
+                Fault::CrashAfterCall
+                | Fault::PauseBeforeComplete(_)
+                | Fault::FailEnqueue
+                | Fault::FailAfterEffect,
+            ) => !has_own,
+            _ => false,
         }
     }
 
@@ -129,6 +149,7 @@ impl Fault {
                 | Fault::D1DownUntil(_)
                 | Fault::ReportLate(_)
                 | Fault::ReportReplyLost(..)
+                | Fault::WithSideEffect
         );
         lasting || attempts == 0
     }
@@ -181,6 +202,7 @@ mod tests {
             Fault::CrashBeforeArming,
             Fault::ReportLate(1_700_000_000_000),
             Fault::ReportReplyLost(1_700_000_000_000, 1_700_000_001_000),
+            Fault::WithSideEffect,
         ] {
             let json = serde_json::to_string(&fault).unwrap();
             assert_eq!(json, format!("\"{}\"", fault.name()));

@@ -7,9 +7,9 @@
 //!
 //! Where the signature does not cover the event id, the row also holds the
 //! body's SHA-256, unique per source: the fence against a signed body resent
-//! under a fresh id. GitHub, Shopify, Linear, Twilio and header-keyed generic
-//! HMAC sign the body but not the header carrying the id, so anyone who saw
-//! one delivery could otherwise apply it again and again. A replayed body's
+//! under a fresh id. Where a provider signs the body but not the header
+//! carrying the id, anyone who saw one delivery could otherwise apply it
+//! again and again. A replayed body's
 //! batch rolls back like any duplicate's, whatever id it came under.
 
 use crate::d1::{Db, Statement};
@@ -92,8 +92,8 @@ mod tests {
     #[test]
     fn the_row_records_the_event_and_its_fence() {
         let event = VerifiedEvent {
-            source: "github".into(),
-            provider: "github".into(),
+            source: "alpha".into(),
+            provider: "alpha".into(),
             id: "evt_1".into(),
             kind: "ping".into(),
             body: "{}".into(),
@@ -105,7 +105,7 @@ mod tests {
             Statement {
                 sql: LEDGER_INSERT,
                 params: vec![
-                    "github".into(),
+                    "alpha".into(),
                     "evt_1".into(),
                     "ping".into(),
                     Value::Int(1_000),

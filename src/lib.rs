@@ -5,9 +5,8 @@
 //! - [`receive`]: `POST /webhooks/{source}` — caps the body, verifies the
 //!   signature on the raw bytes, reads the provider's stable event id.
 //! - [`sources`]: `[vars.SOURCES]` — each source's provider, secret and options.
-//! - [`providers`]: one file per provider behind one trait (Stripe, GitHub,
-//!   Standard Webhooks/Svix, Shopify, Slack, Linear, Paddle, Twilio, generic
-//!   HMAC); [`signature`] holds the HMAC, constant-time and time-window pieces
+//! - [`providers`]: one file per provider behind one trait, listed in one
+//!   registry; [`signature`] holds the HMAC, constant-time and time-window pieces
 //!   they share. **Add a provider** there: one file, its `mod` line and
 //!   its line in the `registry!` table, and a cargo feature.
 //! - [`event`](mod@event): the verified, provider-independent event handed onward.
@@ -71,16 +70,25 @@ fn start() {
     console_error_panic_hook::set_once();
 }
 
+/// The dashboard's sign-in and action forms: their handlers read the body.
+#[cfg(feature = "dashboard")]
+fn dashboard_form(path: &str) -> bool {
+    path == "/admin/login"
+        || path.starts_with("/admin/events/")
+        || path.starts_with("/admin/outbox/")
+}
+
+#[cfg(not(feature = "dashboard"))]
+fn dashboard_form(_: &str) -> bool {
+    false
+}
+
 #[event(fetch)]
 async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
     log::configure(&env);
     let path = req.path();
-    // The dashboard's sign-in and action forms are read by their handlers.
-    let dashboard_form = path == "/admin/login"
-        || path.starts_with("/admin/events/")
-        || path.starts_with("/admin/outbox/");
-    let reads_body = req.method() == Method::Post
-        && (path.starts_with("/webhooks/") || (cfg!(feature = "dashboard") && dashboard_form));
+    let reads_body =
+        req.method() == Method::Post && (path.starts_with("/webhooks/") || dashboard_form(&path));
     if !reads_body && http::has_body(&req) {
         // No other route reads a body. Drop a small one anyway, so that the
         // connection can carry the client's next request (left unread, the

@@ -193,13 +193,13 @@ mod tests {
     #[test]
     fn a_line_carries_only_the_fields_set() {
         let line = Line::new("effect_failed")
-            .key("stripe:evt_1")
+            .key("beta:evt_1")
             .attempt(3)
             .last(true)
             .error("D1 said \"no\"");
         assert_eq!(
             serde_json::to_string(&line).unwrap(),
-            r#"{"msg":"effect_failed","key":"stripe:evt_1","attempt":3,"final":true,"error":"D1 said \"no\""}"#
+            r#"{"msg":"effect_failed","key":"beta:evt_1","attempt":3,"final":true,"error":"D1 said \"no\""}"#
         );
     }
 }

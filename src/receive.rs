@@ -217,7 +217,7 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
 enum Taken {
     /// An event, handed to its inbox.
     Event(Answer),
-    /// A provider's handshake (Slack's `url_verification`), answered with
+    /// A provider's handshake (a URL check), answered with
     /// this JSON body. Not an event: nothing is stored.
     Handshake(String),
 }

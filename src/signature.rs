@@ -127,15 +127,13 @@ impl fmt::Debug for Secrets {
     }
 }
 
-/// Standard base64 (with padding), as Shopify, Standard Webhooks and Twilio
+/// Standard base64 (with padding), as several providers
 /// send it. `None` when `text` is not base64.
-#[cfg(feature = "base64")]
 pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.decode(text).ok()
 }
 
-#[cfg(feature = "base64")]
 pub fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)

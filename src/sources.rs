@@ -1,13 +1,13 @@
 //! Sources: the `{source}` of `/webhooks/{source}`, each with a provider,
-//! its secret(s) and options — so that two GitHub apps, or a Stripe account
-//! and a Stripe Connect endpoint, can each have their own.
+//! its secret(s) and options — so that two accounts, or two endpoints of one
+//! provider, can each have their own.
 //!
 //! Declared in `wrangler.toml` as an object var:
 //!
 //! ```toml
 //! [vars.SOURCES]
-//! stripe = { provider = "stripe" }
-//! stripe-connect = { provider = "stripe", secret = "STRIPE_CONNECT_SECRET" }
+//! billing = { provider = "<provider>" }
+//! billing-eu = { provider = "<provider>", secret = "BILLING_EU_SECRET" }
 //! ```
 //!
 //! A source's secret is the secret (or var) named by `secret`, by default
@@ -19,8 +19,9 @@ use worker::{js_sys, Env};
 
 use crate::config::ConfigError;
 
-/// One source's settings. Fields past `tolerance_secs` are read by the
-/// generic HMAC provider only.
+/// One source's settings. Fields past `tolerance_secs` describe a sender
+/// configured without code (how it signs, where its id is), and only the
+/// provider for such senders reads them.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
@@ -29,19 +30,19 @@ pub struct SourceConfig {
     pub secret: Option<String>,
     /// Overrides `SIGNATURE_TOLERANCE_SECS` for this source.
     pub tolerance_secs: Option<u64>,
-    /// Generic HMAC: the header carrying the signature.
+    /// Without code: the header carrying the signature.
     pub header: Option<String>,
-    /// Generic HMAC: a prefix before the signature, e.g. `sha256=`.
+    /// Without code: a prefix before the signature, e.g. `sha256=`.
     pub prefix: Option<String>,
-    /// Generic HMAC: `hex` (default) or `base64`.
+    /// Without code: `hex` (default) or `base64`.
     pub encoding: Option<String>,
-    /// Generic HMAC: `{body}` (default) or `{timestamp}.{body}`.
+    /// Without code: `{body}` (default) or `{timestamp}.{body}`.
     pub signed: Option<String>,
-    /// Generic HMAC: the header carrying the timestamp, for `{timestamp}.{body}`.
+    /// Without code: the header carrying the timestamp, for `{timestamp}.{body}`.
     pub timestamp_header: Option<String>,
-    /// Generic HMAC: where the event id is: `header:<name>` or `json:<pointer>`.
+    /// Without code: where the event id is: `header:<name>` or `json:<pointer>`.
     pub key: Option<String>,
-    /// Generic HMAC: where the event type is (same syntax), optional.
+    /// Without code: where the event type is (same syntax), optional.
     pub event_type: Option<String>,
 }
 
@@ -129,18 +130,15 @@ mod tests {
 
     #[test]
     fn the_secret_variable_defaults_to_the_name() {
-        let config = parse("stripe-connect", r#"{"provider":"stripe"}"#).unwrap();
-        assert_eq!(
-            config.secret_var("stripe-connect"),
-            "STRIPE_CONNECT_WEBHOOK_SECRET"
-        );
-        let named = parse("x", r#"{"provider":"stripe","secret":"MY_SECRET"}"#).unwrap();
+        let config = parse("billing-eu", r#"{"provider":"example"}"#).unwrap();
+        assert_eq!(config.secret_var("billing-eu"), "BILLING_EU_WEBHOOK_SECRET");
+        let named = parse("x", r#"{"provider":"example","secret":"MY_SECRET"}"#).unwrap();
         assert_eq!(named.secret_var("x"), "MY_SECRET");
     }
 
     #[test]
     fn unknown_settings_are_errors_that_name_the_source() {
-        let error = parse("acme", r#"{"provider":"hmac","hedaer":"x"}"#).unwrap_err();
+        let error = parse("acme", r#"{"provider":"example","hedaer":"x"}"#).unwrap_err();
         assert!(
             error.0.starts_with("SOURCES.acme: unknown field `hedaer`"),
             "{}",
@@ -156,21 +154,21 @@ mod tests {
     fn a_secret_pasted_into_a_setting_is_never_repeated() {
         let pasted = parse(
             "acme",
-            r#"{"provider":"github","secret":"whsec_abc/def+ghi="}"#,
+            r#"{"provider":"example","secret":"whsec_abc/def+ghi="}"#,
         );
         let error = pasted.unwrap_err().0;
         assert!(error.contains("must name a variable"), "{error}");
         assert!(!error.contains("whsec_abc"), "{error}");
         let typed = parse(
             "acme",
-            r#"{"provider":"github","tolerance_secs":"whsec_abc"}"#,
+            r#"{"provider":"example","tolerance_secs":"whsec_abc"}"#,
         );
         let error = typed.unwrap_err().0;
         assert!(error.starts_with("SOURCES.acme: invalid type"), "{error}");
         assert!(!error.contains("whsec_abc"), "{error}");
-        assert!(parse("acme", r#"{"provider":"github","secret":"ACME_SECRET_2"}"#).is_ok());
+        assert!(parse("acme", r#"{"provider":"example","secret":"ACME_SECRET_2"}"#).is_ok());
         for pasted in ["0f3a9c1d2e", "lin_wh_abcdef", "acme_secret"] {
-            let json = format!(r#"{{"provider":"github","secret":"{pasted}"}}"#);
+            let json = format!(r#"{{"provider":"example","secret":"{pasted}"}}"#);
             let error = parse("acme", &json).unwrap_err().0;
             assert!(!error.contains(pasted), "{error}");
         }

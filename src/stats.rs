@@ -307,43 +307,43 @@ mod tests {
 
     #[test]
     fn counts_accumulate_and_flush_once_per_interval() {
-        count("stripe", Counter::Received);
-        count("stripe", Counter::Received);
-        count("github", Counter::Rejected("bad_signature"));
+        count("beta", Counter::Received);
+        count("beta", Counter::Received);
+        count("alpha", Counter::Rejected("bad_signature"));
         assert_eq!(take_due(5, 10), None, "not due yet");
         let mut counts = take_due(10, 10).unwrap();
         counts.totals.sort();
         assert_eq!(
             counts.totals,
             vec![
-                ("github".into(), "rejected:bad_signature".into(), 1),
-                ("stripe".into(), "received".into(), 2),
+                ("alpha".into(), "rejected:bad_signature".into(), 1),
+                ("beta".into(), "received".into(), 2),
             ]
         );
         assert_eq!(take_due(30, 10), None, "nothing left to flush");
-        count("stripe", Counter::Outcome("duplicate"));
+        count("beta", Counter::Outcome("duplicate"));
         assert_eq!(take_due(15, 10), None, "5 ms after the last flush");
         assert_eq!(
             take_due(20, 10).unwrap().totals,
-            vec![("stripe".into(), "duplicate".into(), 1)]
+            vec![("beta".into(), "duplicate".into(), 1)]
         );
     }
 
     #[test]
     fn the_trend_counts_per_minute_and_prunes_a_day_back() {
         let at = 1_700_000_000_000; // 2023-11-14T22:13:20Z: 20 s into a minute
-        count_trend(at, "stripe", Series::Refused);
-        count_trend(at + 39_999, "stripe", Series::Refused);
-        count_trend(at + 40_000, "stripe", Series::Refused);
-        count_trend(at, "stripe", Series::Processed);
+        count_trend(at, "beta", Series::Refused);
+        count_trend(at + 39_999, "beta", Series::Refused);
+        count_trend(at + 40_000, "beta", Series::Refused);
+        count_trend(at, "beta", Series::Processed);
         let counts = take_due(u64::MAX, 0).unwrap();
         let minute = at / 60_000;
         assert_eq!(
             counts.trend,
             vec![
-                (minute, "stripe".into(), Series::Refused, 2),
-                (minute + 1, "stripe".into(), Series::Refused, 1),
-                (minute, "stripe".into(), Series::Processed, 1),
+                (minute, "beta".into(), Series::Refused, 2),
+                (minute + 1, "beta".into(), Series::Refused, 1),
+                (minute, "beta".into(), Series::Processed, 1),
             ]
         );
         let statements = statements(&counts, at);

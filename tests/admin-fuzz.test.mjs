@@ -1,5 +1,6 @@
 // A short run of the admin fuzz (fuzz/admin.mjs; `make fuzz` runs 20,000):
 // hostile requests at the admin API and the dashboard, over loopback sockets.
+// needs: stripe, github, demos, dashboard
 import { test } from "node:test";
 import assert from "node:assert/strict";
 

@@ -1,4 +1,5 @@
 // End to end: the admin API's token, its views of an event, replay and requeue.
+// needs: stripe, github, demos
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";

@@ -2,6 +2,7 @@
 // to a fake Slack-style ALERT_URL — one per kind, source and time bucket,
 // never one per event — for events that give up, dead side effects and a
 // burst of refusals; and, with ALERT_URL unset, a log line only.
+// needs: stripe, github, demos
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 

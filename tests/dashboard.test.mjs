@@ -5,6 +5,7 @@
 // Saves tests/artifacts/dashboard.png, dashboard-event.png,
 // dashboard-failed-event.png, dashboard-requeued.png and dashboard-find.png
 // (the copies in docs/ are these).
+// needs: stripe, github, demos, dashboard
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -270,7 +271,7 @@ test("find events by id or key, status, type and day, 50 a page, older pages by 
   for (let i = 0; i < ids.length; i += 10) {
     await Promise.all(
       ids.slice(i, i + 10).map((id) => {
-        const body = JSON.stringify({ id, object: "event", type: "invoice.paid", created: 1, data: { object: {} } });
+        const body = JSON.stringify({ id, object: "event", type: "invoice.finalized", created: 1, data: { object: {} } });
         return w.post("/webhooks/stripe", body, stripeHeaders(body, "whsec_test_current")).then((r) => r.json());
       }),
     );
@@ -292,14 +293,14 @@ test("find events by id or key, status, type and day, 50 a page, older pages by 
   assert.equal(await page.locator("button", { hasText: "Replay" }).count(), 1, "a failed event's actions");
 
   const day = (offset) => new Date(Date.now() + offset * 86_400_000).toISOString().slice(0, 10);
-  await page.goto(`${origin}/admin/events?type=invoice.paid&from=${day(2)}`);
+  await page.goto(`${origin}/admin/events?type=invoice.finalized&from=${day(2)}`);
   assert.match(await page.locator("body").textContent(), /None\./, "nothing from the day after tomorrow");
-  await page.goto(`${origin}/admin/events?type=invoice.paid&to=${day(-2)}`);
+  await page.goto(`${origin}/admin/events?type=invoice.finalized&to=${day(-2)}`);
   assert.match(await page.locator("body").textContent(), /None\./, "nothing up to the day before yesterday");
-  await page.goto(`${origin}/admin/events?type=invoice.paid&source=github`);
+  await page.goto(`${origin}/admin/events?type=invoice.finalized&source=github`);
   assert.match(await page.locator("body").textContent(), /None\./, "none from another source");
 
-  await page.goto(`${origin}/admin/events?type=invoice.paid&source=stripe&from=${day(-1)}&to=${day(1)}`);
+  await page.goto(`${origin}/admin/events?type=invoice.finalized&source=stripe&from=${day(-1)}&to=${day(1)}`);
   const first = await rowIds();
   assert.equal(first.length, 50);
   await page.screenshot({ path: "tests/artifacts/dashboard-find.png", fullPage: false });

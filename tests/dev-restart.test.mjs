@@ -7,6 +7,7 @@
 // must be `sent` within three minutes, each key succeeding once at the target.
 // Events whose first attempt failed just before the kill show that the
 // inboxes' alarms survive it: workerd keeps them on disk (RELIABILITY.md).
+// needs: stripe, github, demos
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";

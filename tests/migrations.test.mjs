@@ -4,6 +4,7 @@
 // and stopped after any of them, must end as an uninterrupted run does once
 // applied again. Real local D1 (Miniflare), the migrations as `wrangler d1
 // migrations apply` runs them locally, in order: each file one batch.
+// needs: stripe, github, demos
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
@@ -16,10 +17,10 @@ const statementsOf = (file) => unstable_splitSqlQuery(readFileSync(`migrations/$
 // Every file that drops a table, this one and any later rebuild.
 const REBUILDS = MIGRATIONS.filter((file) => statementsOf(file).some((s) => /^DROP\s+TABLE\b/i.test(s)));
 
-// A fresh database per run: the first two tests', then per rebuild an
+// A fresh database per run: the first two tests', the squash's two, then per rebuild an
 // uninterrupted run, one per statement it can stop after, one with a write
 // in between, and one failing.
-const DATABASES = 2 + REBUILDS.reduce((n, file) => n + statementsOf(file).length + 3, 0);
+const DATABASES = 4 + REBUILDS.reduce((n, file) => n + statementsOf(file).length + 3, 0);
 // The worker runs each batch on the database it names, one call per batch:
 // through Miniflare's D1 proxy each prepare() is a call too (3x as slow).
 const SCRIPT = `export default {
@@ -244,3 +245,30 @@ for (const file of REBUILDS) {
     });
   });
 }
+
+// needs: template
+describe("the migrations of a copy without the demos", () => {
+  const SQUASH = "scripts/template/migrations-without-demos";
+  const DEMO_TABLES = ["orders", "repo_stars", "subscriptions"];
+  /** Each table's and index's shape, and whether it keeps a rowid. */
+  async function shape(db) {
+    const objects = await rows(db, "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT GLOB '_cf_*' AND name NOT GLOB 'sqlite_*' ORDER BY name");
+    const out = {};
+    for (const o of objects.filter((o) => !DEMO_TABLES.includes(o.tbl_name))) {
+      const [info] = await batch(db, [o.type === "table" ? `PRAGMA table_xinfo(${o.name})` : `PRAGMA index_xinfo(${o.name})`]);
+      const partial = o.sql?.match(/WHERE .*$/s)?.[0].replace(/\s+/g, " ");
+      out[`${o.type} ${o.name}`] = { info, withoutRowid: /WITHOUT ROWID/i.test(o.sql ?? ""), partial };
+    }
+    return out;
+  }
+
+  test("start with the schema the whole history ends with, less the demo tables", async () => {
+    const history = fresh();
+    for (const file of MIGRATIONS) await apply(history, file);
+    const squash = fresh();
+    for (const file of readdirSync(SQUASH).sort()) await batch(squash, unstable_splitSqlQuery(readFileSync(`${SQUASH}/${file}`, "utf8")));
+    const want = await shape(history);
+    assert.equal(Object.keys(want).length, 8, JSON.stringify(Object.keys(want)));
+    assert.deepEqual(await shape(squash), want);
+  });
+});

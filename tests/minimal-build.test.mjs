@@ -2,6 +2,7 @@
 // puts it in target/variants/): what it builds in works end to end, and what
 // it leaves out answers clearly. The full build's tests are the rest of
 // tests/.
+// needs: everything
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { after, before, describe, test } from "node:test";

@@ -2,6 +2,7 @@
 // listings that heal whatever order the writes land in, the alarm a copy
 // re-arms, an admin token that must be strong, a throttle on guessing it,
 // a sign-out that revokes, and an event page whose size is bounded.
+// needs: stripe, github, demos, dashboard
 import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
 import { after, before, describe, test } from "node:test";

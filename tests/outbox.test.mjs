@@ -1,5 +1,6 @@
 // End to end: side effects through the outbox, the real Queue and the cron
 // relay, against a fake HTTP target that records every call.
+// needs: stripe, github, demos
 import { after, before, beforeEach, describe, test } from "node:test";
 import assert from "node:assert/strict";
 

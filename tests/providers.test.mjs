@@ -2,6 +2,7 @@
 // dedupes 20 concurrent copies into one ledger row, and refuses a bad
 // signature without writing anything. Signatures are made here with Node's
 // crypto, independently of the worker's Rust code.
+// needs: everything
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { generateKeyPairSync, sign } from "node:crypto";

@@ -1,5 +1,6 @@
 // A short run of the request fuzz (fuzz/requests.mjs; `make fuzz` runs
 // 100,000): hostile requests at the worker in workerd over loopback sockets.
+// needs: stripe, github, demos
 import { test } from "node:test";
 import assert from "node:assert/strict";
 

@@ -2,4 +2,5 @@
 //! them, and so do the worker's property tests — signing code that shares
 //! nothing with the verifiers it checks.
 
+pub mod fixtures;
 pub mod signers;

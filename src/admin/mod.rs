@@ -1,16 +1,15 @@
-//! The operators' surface, behind `ADMIN_TOKEN`: the JSON [`api`] at
-//! `/admin/api/…` (a bearer token) and the [`dashboard`] at `/admin` (a
-//! session cookie). With no `ADMIN_TOKEN` configured neither exists (404):
+//! The operators' surface, behind `ADMIN_TOKEN`: the JSON `api` at
+//! `/admin/api/…` (a bearer token) and, with the `dashboard` feature, the
+//! `dashboard` at `/admin` (a session cookie). With no `ADMIN_TOKEN` configured neither exists (404):
 //! never open; with a weak one, both answer `500 misconfigured`. Every
 //! presented token goes through [`crate::admin_guard`]'s throttle, and a
 //! signed-out session stays refused.
 //!
-//! - `actions.rs`: the dashboard's Replay, Dismiss and Requeue;
 //! - [`queries`]: what both read from D1 and the inboxes, as typed rows;
-//! - [`pages`]: the dashboard's overview and event pages; `finder.rs`, the
-//!   page that finds events; `summary.rs`, the overview's per-source sums;
-//! - [`html`]: the page shell, tables and escaping;
-//! - [`trend`]: the overview's charts of deliveries over time.
+//! - the dashboard's: `actions.rs` (Replay, Dismiss and Requeue), `pages.rs`
+//!   (the overview and event pages), `finder.rs` (the page that finds
+//!   events), `summary.rs` (the overview's per-source sums), `html.rs` (the
+//!   page shell, tables and escaping), `trend.rs` (the overview's charts).
 //!
 //! To add an endpoint: a query in `queries.rs` if it reads something new,
 //! and an arm in `api::handle` (or `dashboard::handle`).

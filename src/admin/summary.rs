@@ -81,21 +81,21 @@ mod tests {
         };
         let stats = Stats {
             counters: vec![
-                counter("stripe", "received", 3),
-                counter("stripe", "rejected:bad_signature", 2),
-                counter("stripe", "rejected:stale_timestamp", 1),
-                counter("stripe", "duplicate", 1),
+                counter("beta", "received", 3),
+                counter("beta", "rejected:bad_signature", 2),
+                counter("beta", "rejected:stale_timestamp", 1),
+                counter("beta", "duplicate", 1),
             ],
             processed: vec![SourceCount {
-                source: "stripe".into(),
+                source: "beta".into(),
                 events: 2,
             }],
             failed: vec![SourceCount {
-                source: "github".into(),
+                source: "alpha".into(),
                 events: 1,
             }],
             outbox: vec![OutboxCount {
-                source: "stripe".into(),
+                source: "beta".into(),
                 status: OutboxStatus::Dead,
                 rows: 4,
             }],
@@ -103,17 +103,17 @@ mod tests {
         let rows = per_source(&stats);
         assert_eq!(
             rows.iter().map(|r| r.source.as_str()).collect::<Vec<_>>(),
-            ["github", "stripe"]
+            ["alpha", "beta"]
         );
         assert_eq!(rows[0].failed, 1);
-        let stripe = &rows[1];
+        let beta = &rows[1];
         assert_eq!(
             (
-                stripe.received,
-                stripe.rejected,
-                stripe.duplicates,
-                stripe.in_ledger,
-                stripe.dead
+                beta.received,
+                beta.rejected,
+                beta.duplicates,
+                beta.in_ledger,
+                beta.dead
             ),
             (3, 3, 1, 2, 4)
         );

@@ -217,32 +217,32 @@ mod tests {
         let trends = build(
             &rows(
                 &[
-                    (now, "stripe", "refused", 7),
-                    (now - 59, "stripe", "processed", 2),
-                    (now - 60, "stripe", "processed", 100),
-                    (now + 1, "stripe", "processed", 100),
-                    (now, "stripe", "launched", 100),
-                    (now, "github", "duplicate", 1),
+                    (now, "beta", "refused", 7),
+                    (now - 59, "beta", "processed", 2),
+                    (now - 60, "beta", "processed", 100),
+                    (now + 1, "beta", "processed", 100),
+                    (now, "beta", "launched", 100),
+                    (now, "alpha", "duplicate", 1),
                 ],
                 &[
-                    (now / 60, "stripe", "refused", 9),
-                    (now / 60 - 23, "stripe", "failed", 1),
+                    (now / 60, "beta", "refused", 9),
+                    (now / 60 - 23, "beta", "failed", 1),
                 ],
             ),
             now,
         );
         assert_eq!(trends.len(), 2);
-        assert_eq!(trends[0].source, "github", "sorted by source");
-        let stripe = &trends[1];
-        assert_eq!(stripe.minutes[59], [0, 0, 0, 0, 7]);
-        assert_eq!(stripe.minutes[0], [2, 0, 0, 0, 0]);
+        assert_eq!(trends[0].source, "alpha", "sorted by source");
+        let beta = &trends[1];
+        assert_eq!(beta.minutes[59], [0, 0, 0, 0, 7]);
+        assert_eq!(beta.minutes[0], [2, 0, 0, 0, 0]);
         assert_eq!(
-            stripe.minutes.iter().flatten().sum::<i64>(),
+            beta.minutes.iter().flatten().sum::<i64>(),
             9,
             "out of window: skipped"
         );
-        assert_eq!(stripe.hours[23], [0, 0, 0, 0, 9]);
-        assert_eq!(stripe.hours[0], [0, 0, 0, 1, 0]);
+        assert_eq!(beta.hours[23], [0, 0, 0, 0, 9]);
+        assert_eq!(beta.hours[0], [0, 0, 0, 1, 0]);
     }
 
     #[test]
@@ -251,8 +251,8 @@ mod tests {
         let trends = build(
             &rows(
                 &[
-                    (now - 1, "stripe", "processed", 3),
-                    (now, "stripe", "refused", 40),
+                    (now - 1, "beta", "processed", 3),
+                    (now, "beta", "refused", 40),
                 ],
                 &[],
             ),

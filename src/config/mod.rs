@@ -74,7 +74,7 @@ impl Limits {
 /// What the inbox needs to retry and to forget.
 pub struct InboxSettings {
     /// How long an inbox remembers its event (`RETENTION`, default `30d`):
-    /// longer than any provider retries (Stripe: 3 days).
+    /// longer than any provider retries (3 days is common).
     pub retention_ms: i64,
     /// The first retry delay of an unfinished effect (`EFFECT_RETRY_BASE_MS`,
     /// default 10 s); it doubles per failure, up to an hour.

@@ -130,8 +130,8 @@ mod tests {
     #[test]
     fn a_webhook_url_is_http_with_a_host() {
         for good in [
-            "https://hooks.slack.com/services/T0/B0/x",
-            "HTTPS://hooks.slack.com/services/T0/B0/x",
+            "https://hooks.chat.example/services/T0/B0/x",
+            "HTTPS://hooks.chat.example/services/T0/B0/x",
             "http://127.0.0.1:8080/hook",
             "https://user:pass@example.com/hook",
             "https://[::1]:8443/hook",
@@ -139,7 +139,7 @@ mod tests {
             assert!(is_http_url(good), "{good}");
         }
         for bad in [
-            "hooks.slack.com/services/x",
+            "hooks.chat.example/services/x",
             "https:///x",
             "https://:443/x",
             "https://@/x",

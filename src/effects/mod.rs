@@ -4,9 +4,9 @@
 //! The ledger row comes first: a second attempt at the event fails on it and
 //! rolls back the rest, so each effect happens once.
 //!
-//! To add an effect: a file beside `stars.rs` whose function reads the event
-//! and returns an [`Effect`], its `mod` line, its line in `EFFECTS`, and
-//! its tables in a new file under `migrations/`. Planning is pure, so it is
+//! To add an effect: a file here whose function reads the event and returns
+//! an [`Effect`], its `mod` line, its line in `EFFECTS`, and its tables in a
+//! new file under `migrations/` (the README's recipe a). Planning is pure, so it is
 //! tested on the host; only `ledger::apply` touches D1.
 
 mod orders;
@@ -14,44 +14,26 @@ mod stars;
 mod subscriptions;
 
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 
 pub use crate::d1::{Statement, Value};
 use crate::event::VerifiedEvent;
+use crate::fault::Fault;
 use crate::ledger;
-use crate::outbox::{self, SideEffect};
+use crate::outbox::{self, ChatMessage, SideEffect};
 
 /// Which effect each event gets, by provider and event type. An event not
-/// listed has none: its ledger row alone records that it was handled. Every
-/// generic `hmac` source's provider is `hmac`: an effect for one of them
-/// tells them apart by `event.source`, the name in its URL.
+/// listed has none: its ledger row alone records that it was handled. Where
+/// several sources share a provider, an effect tells them apart by
+/// `event.source`, the name in their URL.
+#[rustfmt::skip]
 const EFFECTS: &[(&str, &str, Planner)] = &[
+    // (provider, event type, planner): one line per effect.
     ("stripe", "checkout.session.completed", orders::completed),
-    (
-        "stripe",
-        "checkout.session.async_payment_succeeded",
-        orders::async_succeeded,
-    ),
-    (
-        "stripe",
-        "checkout.session.async_payment_failed",
-        orders::async_failed,
-    ),
-    (
-        "stripe",
-        "payment_intent.succeeded",
-        orders::payment_succeeded,
-    ),
-    (
-        "stripe",
-        "customer.subscription.updated",
-        subscriptions::set_state,
-    ),
-    (
-        "stripe",
-        "customer.subscription.deleted",
-        subscriptions::set_state,
-    ),
+    ("stripe", "checkout.session.async_payment_succeeded", orders::async_succeeded),
+    ("stripe", "checkout.session.async_payment_failed", orders::async_failed),
+    ("stripe", "payment_intent.succeeded", orders::payment_succeeded),
+    ("stripe", "customer.subscription.updated", subscriptions::set_state),
+    ("stripe", "customer.subscription.deleted", subscriptions::set_state),
     ("github", "star.created", stars::created),
     ("github", "star.deleted", stars::deleted),
 ];
@@ -91,15 +73,24 @@ pub struct Plan {
 
 /// The full batch for an event: the ledger row first, then its writes, then
 /// one outbox row per side effect. `now` (ms) stamps `processed_at` and the
-/// rows.
-pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
+/// rows. `fault` (end-to-end tests only) may add a test side effect.
+pub fn plan(event: &VerifiedEvent, now: i64, fault: Option<Fault>) -> Result<Plan, PlanError> {
     let planner = EFFECTS
         .iter()
         .find(|(provider, kind, _)| *provider == event.provider && *kind == event.kind);
-    let effect = match planner {
+    let mut effect = match planner {
         Some((_, _, planner)) => planner(event, now)?,
         None => Effect::default(),
     };
+    if Fault::wants_side_effect(fault, !effect.side_effects.is_empty()) {
+        let text = format!("test side effect of {}", event.key());
+        effect.side_effects.push(ChatMessage { text }.post());
+    }
+    Ok(batch(event, effect, now))
+}
+
+/// The ledger row, the effect's writes, its outbox rows: one transaction.
+fn batch(event: &VerifiedEvent, effect: Effect, now: i64) -> Plan {
     let (outbox_rows, outbox_keys): (Vec<Statement>, Vec<String>) = effect
         .side_effects
         .into_iter()
@@ -109,17 +100,19 @@ pub fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
         .chain(effect.writes)
         .chain(outbox_rows)
         .collect();
-    Ok(Plan { batch, outbox_keys })
+    Plan { batch, outbox_keys }
 }
 
+// needs: stripe
 /// A Stripe event: its creation time and `data.object`.
-#[derive(Deserialize)]
+#[derive(serde::Deserialize)]
 pub struct StripeEvent<T> {
     pub created: i64,
     pub data: StripeData<T>,
 }
 
-#[derive(Deserialize)]
+// needs: stripe
+#[derive(serde::Deserialize)]
 pub struct StripeData<T> {
     pub object: T,
 }
@@ -135,6 +128,7 @@ pub fn parse<T: DeserializeOwned>(body: &str) -> Result<T, PlanError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::outbox::ChatMessage;
 
     pub(crate) fn event(provider: &str, kind: &str, body: &str) -> VerifiedEvent {
         VerifiedEvent {
@@ -150,82 +144,45 @@ pub(crate) mod tests {
 
     #[test]
     fn an_event_without_an_effect_writes_its_ledger_row_alone() {
-        let plan = plan(&event("github", "ping", "{}"), 2_000).unwrap();
+        let plan = plan(&event("example", "ping", "{}"), 2_000, None).unwrap();
         assert!(plan.outbox_keys.is_empty());
         assert_eq!(
             plan.batch,
-            vec![ledger::row(&event("github", "ping", "{}"), 2_000)]
+            vec![ledger::row(&event("example", "ping", "{}"), 2_000)]
         );
+    }
+
+    #[test]
+    fn a_test_fault_adds_a_side_effect_where_the_effect_writes_none() {
+        let event = event("example", "ping", "{}");
+        for (fault, rows) in [
+            (None, 1),
+            (Some(Fault::WithSideEffect), 2),
+            (Some(Fault::CrashAfterCall), 2),
+            (Some(Fault::FailBeforeEffect), 1),
+        ] {
+            assert_eq!(
+                plan(&event, 2, fault).unwrap().batch.len(),
+                rows,
+                "{fault:?}"
+            );
+        }
     }
 
     #[test]
     fn writes_then_outbox_rows_follow_the_ledger_row() {
-        let body = r#"{"action":"created","starred_at":"2026-01-01T00:00:00Z","repository":{"full_name":"o/r"}}"#;
-        let plan = plan(&event("github", "star.created", body), 2_000).unwrap();
+        let event = event("example", "thing.happened", "{}");
+        let effect = Effect {
+            writes: vec![Statement::new("UPDATE things SET n = n + 1", Vec::new())],
+            side_effects: vec![ChatMessage { text: "hi".into() }.post()],
+        };
+        let plan = batch(&event, effect, 2_000);
         assert_eq!(plan.batch.len(), 3);
-        assert_eq!(
-            plan.batch[0],
-            ledger::row(&event("github", "star.created", body), 2_000)
-        );
-        assert!(plan.batch[1].sql.contains("repo_stars"));
+        assert_eq!(plan.batch[0], ledger::row(&event, 2_000));
+        assert_eq!(plan.batch[1].sql, "UPDATE things SET n = n + 1");
         assert!(plan.batch[2].sql.starts_with("INSERT INTO outbox"));
-        let key = outbox::idempotency_key("github", "evt_1", "notify_chat");
+        let key = outbox::idempotency_key("example", "evt_1", "notify_chat");
         assert_eq!(plan.outbox_keys, vec![key.clone()]);
         assert_eq!(plan.batch[2].params[0], Value::Text(key));
-    }
-
-    #[test]
-    fn a_checkout_without_email_writes_no_receipt() {
-        let body = r#"{"created":1,"data":{"object":{"id":"cs_1","payment_status":"paid"}}}"#;
-        let plan = plan(&event("stripe", "checkout.session.completed", body), 2_000).unwrap();
-        assert_eq!(plan.batch.len(), 2);
-        assert!(plan.outbox_keys.is_empty());
-    }
-
-    #[test]
-    fn one_receipt_key_per_checkout_session_whatever_the_event_or_source() {
-        let body = |status: &str| {
-            format!(
-                r#"{{"created":1,"data":{{"object":{{"id":"cs_9","payment_status":"{status}",
-                "customer_details":{{"email":"a@b.c"}}}}}}}}"#
-            )
-        };
-        let unpaid = plan(
-            &event("stripe", "checkout.session.completed", &body("unpaid")),
-            2,
-        )
-        .unwrap();
-        assert!(
-            unpaid.outbox_keys.is_empty(),
-            "no receipt before the money is in"
-        );
-        let paid = plan(
-            &event("stripe", "checkout.session.completed", &body("paid")),
-            2,
-        )
-        .unwrap();
-        let mut later = event(
-            "stripe",
-            "checkout.session.async_payment_succeeded",
-            &body("paid"),
-        );
-        later.id = "evt_2".into();
-        later.source = "stripe-connect".into();
-        let later = plan(&later, 3).unwrap();
-        assert_eq!(paid.outbox_keys.len(), 1);
-        assert_eq!(paid.outbox_keys, later.outbox_keys);
-        assert_eq!(
-            paid.outbox_keys[0],
-            outbox::idempotency_key("checkout_session", "cs_9", "send_email")
-        );
-        let failed = plan(
-            &event(
-                "stripe",
-                "checkout.session.async_payment_failed",
-                &body("unpaid"),
-            ),
-            2,
-        );
-        assert!(failed.unwrap().outbox_keys.is_empty());
     }
 }

@@ -14,6 +14,7 @@
 //! Events may arrive in any order, and a failed one may be applied days
 //! later: no update moves a `paid` order back, and a late `completed`
 //! (unpaid) does not move a `payment_failed` one back to waiting.
+// needs: stripe, demos
 
 use serde::Deserialize;
 
@@ -224,7 +225,10 @@ fn format_amount(minor: i64, currency: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::effects::plan;
+    use crate::effects::tests::event;
     use crate::effects::Value;
+    use crate::outbox;
 
     #[test]
     fn checkout_upserts_the_order_by_session_id() {
@@ -256,27 +260,13 @@ mod tests {
             ))
             .unwrap()
         };
+        use CheckoutOutcome::*;
         let cases = [
-            ("paid", CheckoutOutcome::Completed, "paid", true),
-            (
-                "unpaid",
-                CheckoutOutcome::Completed,
-                "awaiting_payment",
-                false,
-            ),
-            (
-                "no_payment_required",
-                CheckoutOutcome::Completed,
-                "complete",
-                false,
-            ),
-            ("paid", CheckoutOutcome::AsyncSucceeded, "paid", true),
-            (
-                "unpaid",
-                CheckoutOutcome::AsyncFailed,
-                "payment_failed",
-                false,
-            ),
+            ("paid", Completed, "paid", true),
+            ("unpaid", Completed, "awaiting_payment", false),
+            ("no_payment_required", Completed, "complete", false),
+            ("paid", AsyncSucceeded, "paid", true),
+            ("unpaid", AsyncFailed, "payment_failed", false),
         ];
         for (payment_status, outcome, status, receipt) in cases {
             let s = session(payment_status);
@@ -340,5 +330,68 @@ mod tests {
     #[test]
     fn a_session_without_id_is_a_plan_error() {
         assert!(CheckoutSession::from_event(r#"{"created":5,"data":{"object":{}}}"#).is_err());
+    }
+
+    #[test]
+    fn a_checkout_without_email_writes_no_receipt() {
+        let body = r#"{"created":1,"data":{"object":{"id":"cs_1","payment_status":"paid"}}}"#;
+        let plan = plan(
+            &event("stripe", "checkout.session.completed", body),
+            2_000,
+            None,
+        )
+        .unwrap();
+        assert_eq!(plan.batch.len(), 2);
+        assert!(plan.outbox_keys.is_empty());
+    }
+
+    #[test]
+    fn one_receipt_key_per_checkout_session_whatever_the_event_or_source() {
+        let body = |status: &str| {
+            format!(
+                r#"{{"created":1,"data":{{"object":{{"id":"cs_9","payment_status":"{status}",
+                "customer_details":{{"email":"a@b.c"}}}}}}}}"#
+            )
+        };
+        let unpaid = plan(
+            &event("stripe", "checkout.session.completed", &body("unpaid")),
+            2,
+            None,
+        )
+        .unwrap();
+        assert!(
+            unpaid.outbox_keys.is_empty(),
+            "no receipt before the money is in"
+        );
+        let paid = plan(
+            &event("stripe", "checkout.session.completed", &body("paid")),
+            2,
+            None,
+        )
+        .unwrap();
+        let mut later = event(
+            "stripe",
+            "checkout.session.async_payment_succeeded",
+            &body("paid"),
+        );
+        later.id = "evt_2".into();
+        later.source = "stripe-connect".into();
+        let later = plan(&later, 3, None).unwrap();
+        assert_eq!(paid.outbox_keys.len(), 1);
+        assert_eq!(paid.outbox_keys, later.outbox_keys);
+        assert_eq!(
+            paid.outbox_keys[0],
+            outbox::idempotency_key("checkout_session", "cs_9", "send_email")
+        );
+        let failed = plan(
+            &event(
+                "stripe",
+                "checkout.session.async_payment_failed",
+                &body("unpaid"),
+            ),
+            2,
+            None,
+        );
+        assert!(failed.unwrap().outbox_keys.is_empty());
     }
 }

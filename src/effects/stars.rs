@@ -7,6 +7,7 @@
 //! star: anyone holding a signed `issue_comment` body could resend it
 //! labelled `star`. So the body must have a star's own shape — `starred_at`,
 //! a time when starred, `null` when unstarred — before the counter moves.
+// needs: github, demos
 
 use serde::Deserialize;
 

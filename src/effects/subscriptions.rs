@@ -4,6 +4,7 @@
 //! arrive after it. Each row remembers the `created` time of the event that
 //! set it, and the upsert only overwrites a row with an event at least as new.
 //! At an equal second, a cancellation wins: it is the terminal state.
+// needs: stripe, demos
 
 use serde::Deserialize;
 

@@ -43,23 +43,30 @@ impl Tried {
     }
 }
 
+/// The effect an attempt applies: as the first delivery planned it, or
+/// planned again from the stored body, with the fault (tests only) the
+/// event was stored with, so that a retry plans what the first try did.
+pub(super) enum Planned {
+    First(Plan),
+    FromStore(Option<Fault>),
+}
+
 impl EventInbox {
     /// One try at the effect. On success marks the event done; on failure
     /// records the error and arms the next retry, or marks the event failed
-    /// once the budget is spent and reports it. `plan`: the effect as the
-    /// first delivery planned it; planned from the stored body when `None`.
-    /// `fault` is for tests (see [`Fault`]).
+    /// once the budget is spent and reports it. `fault` is this attempt's,
+    /// for tests (see [`Fault`]).
     pub(super) async fn attempt_effect(
         &self,
         event: VerifiedEvent,
         fault: Option<Fault>,
         settings: &InboxSettings,
-        plan: Option<Plan>,
+        plan: Planned,
     ) -> Result<Tried> {
         // Only the first delivery's attempt comes with a plan; any other
         // (an alarm's retry, a reopening copy, a replay) may follow a
         // failure report whose `reported` mark was never set.
-        let after_first = plan.is_none();
+        let after_first = matches!(plan, Planned::FromStore(_));
         self.effect_running.set(true);
         let result = self.run_effect(&event, fault, plan).await;
         self.effect_running.set(false);
@@ -209,7 +216,7 @@ impl EventInbox {
         &self,
         event: &VerifiedEvent,
         fault: Option<Fault>,
-        plan: Option<Plan>,
+        plan: Planned,
     ) -> std::result::Result<Applied, String> {
         if matches!(
             fault,
@@ -221,10 +228,9 @@ impl EventInbox {
             return Err("injected fault: D1 unavailable".into());
         }
         let plan = match plan {
-            Some(plan) => plan,
-            None => {
-                effects::plan(event, now_ms()).map_err(|e| format!("unplannable event: {e}"))?
-            }
+            Planned::First(plan) => plan,
+            Planned::FromStore(stored) => effects::plan(event, now_ms(), stored)
+                .map_err(|e| format!("unplannable event: {e}"))?,
         };
         let db = Db::from_env(&self.env).map_err(|e| e.to_string())?;
         let applied = ledger::apply(&db, event, &plan.batch)

@@ -278,7 +278,7 @@ mod tests {
     fn event(id: &str, fence: Option<&str>) -> VerifiedEvent {
         VerifiedEvent {
             source: "acme-eu".into(),
-            provider: "hmac".into(),
+            provider: "example".into(),
             id: id.into(),
             kind: "order.paid & more".into(),
             body: "{\"id\":\"x\",\"note\":\"a \\\"quoted\\\" é\"}".into(),

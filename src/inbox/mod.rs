@@ -37,7 +37,7 @@ use std::cell::Cell;
 use worker::wasm_bindgen;
 use worker::{durable_object, DurableObject, Env, Method, Request, Response, Result, State};
 
-use self::attempt::Tried;
+use self::attempt::{Planned, Tried};
 use self::client::{Answer, Handoff, BAD_HANDOFF, NOT_STORED, UNPLANNABLE};
 use self::state::{AlarmTask, EventState, Held, Outcome, Rest};
 use self::store::{Claim, EventRow, Store};
@@ -197,7 +197,7 @@ impl EventInbox {
         let stored = self.store.stored_state()?;
         let plan = match stored {
             Some(_) => None,
-            None => match effects::plan(&event, now_ms()) {
+            None => match effects::plan(&event, now_ms(), fault) {
                 Ok(plan) => Some(plan),
                 Err(e) => return Response::error(e.to_string(), UNPLANNABLE),
             },
@@ -244,7 +244,8 @@ impl EventInbox {
                     return Err("injected fault: the reply is lost".into());
                 }
                 let source = event.source.clone();
-                let tried = self.attempt_effect(event, fault, settings, plan).await?;
+                let planned = plan.map_or(Planned::FromStore(fault), Planned::First);
+                let tried = self.attempt_effect(event, fault, settings, planned).await?;
                 if let Tried::Applied(_, progress) = &tried {
                     // Moved to the retention deadline with the effect's own
                     // writes, so the object is not woken again just to find
@@ -320,8 +321,9 @@ impl EventInbox {
     ) -> Result<Answer> {
         let source = row.event.source.clone();
         let backoff = settings.backoff_ms(row.effect_attempts.max(1));
+        let planned = Planned::FromStore(row.fault);
         let tried = self
-            .attempt_effect(row.event, fault, settings, None)
+            .attempt_effect(row.event, fault, settings, planned)
             .await?;
         if let Tried::Applied(_, progress) = &tried {
             self.rest_after_success(*progress, backoff, settings).await;

@@ -105,7 +105,7 @@ async fn handle(
         key,
         timeout_ms: settings.call_timeout_ms(),
     };
-    let performed = match d1::from_stored::<Action>(&claim.action) {
+    let performed = match Action::from_stored(&claim.action) {
         Some(action) => action.perform(&claim.payload, &call).await,
         None => Err(CallError::UnknownAction),
     }

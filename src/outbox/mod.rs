@@ -47,9 +47,7 @@ use crate::log::{self, Line};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
-    /// Send an [`Email`] (`send_email.rs`). Rows written before it had this
-    /// name say `send_receipt`.
-    #[serde(alias = "send_receipt")]
+    /// Send an [`Email`] (`send_email.rs`).
     SendEmail,
     /// Post a [`ChatMessage`] (`notify_chat.rs`).
     NotifyChat,
@@ -72,7 +70,22 @@ impl Action {
     pub fn name(self) -> String {
         d1::stored_name(&self)
     }
+
+    /// The action a row names: by today's name, or by one an earlier
+    /// release stored.
+    pub fn from_stored(name: &str) -> Option<Action> {
+        d1::from_stored(name).or_else(|| {
+            let renamed = RENAMED.iter().find(|(old, _)| *old == name);
+            renamed.map(|(_, action)| *action)
+        })
+    }
 }
+
+/// Actions an earlier release stored under another name.
+const RENAMED: &[(&str, Action)] = &[
+    // needs: demos
+    ("send_receipt", Action::SendEmail),
+];
 
 /// The states of an outbox row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,9 +134,9 @@ pub struct SideEffect {
     /// JSON: everything the performer needs, fixed at planning time.
     pub payload: String,
     /// The business object it concerns, as `(kind, id)`, when there is one
-    /// (the receipt of a checkout session). Its key is then derived from the
-    /// object, not the event: the same purchase seen through two events or
-    /// two sources (an endpoint migration) sends one receipt.
+    /// (a purchase). Its key is then derived from the object, not the
+    /// event: the same purchase seen through two events or two sources (an
+    /// endpoint migration) sends one email.
     pub about: Option<(&'static str, String)>,
 }
 
@@ -156,7 +169,7 @@ pub enum Performed {
 /// A performer found its target's variable unset. Skipped only where the
 /// deployment says so (`SIDE_EFFECTS = "log"`, as in `.dev.vars.example`);
 /// anywhere else a failure that retries and dead-letters like any other, so
-/// a deploy that forgot a variable cannot silently drop receipts.
+/// a deploy that forgot a variable cannot silently drop emails.
 pub fn unconfigured(env: &Env, note: &'static str) -> Result<Performed, CallError> {
     if config::text_is(env, "SIDE_EFFECTS", "log") {
         Ok(Performed::Skipped(note))
@@ -302,11 +315,11 @@ mod tests {
 
     #[test]
     fn the_key_is_stable_and_distinct_per_action() {
-        let a = idempotency_key("stripe", "evt_1", "send_email");
-        assert_eq!(a, idempotency_key("stripe", "evt_1", "send_email"));
+        let a = idempotency_key("beta", "evt_1", "send_email");
+        assert_eq!(a, idempotency_key("beta", "evt_1", "send_email"));
         assert_eq!(a.len(), 64);
-        assert_ne!(a, idempotency_key("stripe", "evt_1", "notify_chat"));
-        assert_ne!(a, idempotency_key("stripe", "evt_2", "send_email"));
+        assert_ne!(a, idempotency_key("beta", "evt_1", "notify_chat"));
+        assert_ne!(a, idempotency_key("beta", "evt_2", "send_email"));
         // The separator keeps ("a", "bc") and ("ab", "c") apart.
         assert_ne!(
             idempotency_key("a", "bc", "x"),
@@ -316,10 +329,10 @@ mod tests {
 
     #[test]
     fn the_key_is_sha256_of_the_joined_parts() {
-        // printf 'stripe\nevt_1\nsend_email' | sha256sum
+        // printf 'beta\nevt_1\nsend_email' | sha256sum
         assert_eq!(
-            idempotency_key("stripe", "evt_1", "send_email"),
-            "7bdf46962093596c7c7b5751825bb79cff241232e51da2042497f92c6e552d5e"
+            idempotency_key("beta", "evt_1", "send_email"),
+            "d6e2b092b240fc8af8cafd0f0402089ab188c5987e6ff6545d895e3d81013e00"
         );
     }
 
@@ -331,11 +344,12 @@ mod tests {
             (Action::NotifyOperator, "notify_operator"),
         ] {
             assert_eq!(action.name(), name);
-            assert_eq!(d1::from_stored(name), Some(action));
+            assert_eq!(Action::from_stored(name), Some(action));
         }
-        assert_eq!(d1::from_stored::<Action>("launch_rockets"), None);
-        // Rows written before the action had its name.
-        assert_eq!(d1::from_stored("send_receipt"), Some(Action::SendEmail));
+        assert_eq!(Action::from_stored("launch_rockets"), None);
+        for (old, action) in RENAMED {
+            assert_eq!(Action::from_stored(old), Some(*action));
+        }
     }
 
     #[test]

@@ -1,12 +1,12 @@
-//! `notify_chat`: a message to a chat channel through a Slack-style incoming
-//! webhook: `POST {NOTIFY_URL}` with `{"text": …}`.
+//! `notify_chat`: a message to a chat channel through an incoming webhook:
+//! `POST {NOTIFY_URL}` with `{"text": …}`.
 
 use serde::{Deserialize, Serialize};
 
 use super::{post_json, unconfigured, Action, Call, CallError, Performed, SideEffect};
 use crate::config;
 
-/// A Slack-style incoming webhook's body: what an effect writes, and what
+/// A chat incoming webhook's body: what an effect writes, and what
 /// the row stores (also the operators' alerts', see `notify_operator`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
@@ -20,7 +20,7 @@ impl ChatMessage {
     }
 }
 
-/// The URL is a secret of its own (Slack's carry a token): it never appears
+/// The URL is a secret of its own (chat webhooks' carry a token): it never appears
 /// in an error or a log line.
 pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, CallError> {
     let Some(url) = config::optional(call.env, "NOTIFY_URL") else {
@@ -35,7 +35,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_message_is_stored_as_slack_reads_it() {
+    fn a_message_is_stored_as_a_chat_webhook_reads_it() {
         let side_effect = ChatMessage { text: "hi".into() }.post();
         assert_eq!(side_effect.action, Action::NotifyChat);
         assert_eq!(side_effect.payload, r#"{"text":"hi"}"#);

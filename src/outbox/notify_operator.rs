@@ -1,8 +1,8 @@
 //! `notify_operator`: tell the operators that something needs them — an
 //! event gave up, a side effect is dead, or a source's refusals passed
 //! `ALERT_REFUSALS_PER_MINUTE` in a minute (a rotated secret not yet
-//! deployed) — through a Slack-style incoming webhook: `POST {ALERT_URL}`
-//! with `{"text": …}`. With `ALERT_URL` unset an alert is only logged, as
+//! deployed) — through a chat incoming webhook: `POST {ALERT_URL}` with
+//! `{"text": …}`. With `ALERT_URL` unset an alert is only logged, as
 //! a `warn` line `operator_alert`.
 //!
 //! An alert is an outbox row like any side effect, written in the same D1
@@ -158,11 +158,11 @@ impl Alert<'_> {
     }
 }
 
-/// The body posted for a stored payload: its text as Slack's `text` field
-/// reads it literally — `&`, `<` and `>` escaped, so that an event id or an
+/// The body posted for a stored payload: its text as a chat webhook's
+/// `text` field reads it literally — `&`, `<` and `>` escaped, so that an event id or an
 /// error cannot mention `<!channel>` or hide a link. (Stored unescaped: the
 /// dashboard escapes for HTML, the log line is JSON.)
-fn slack_body(payload: &str) -> Result<String, CallError> {
+fn chat_body(payload: &str) -> Result<String, CallError> {
     let message: ChatMessage = serde_json::from_str(payload).map_err(|_| CallError::Unreadable)?;
     let text = message
         .text
@@ -182,7 +182,7 @@ fn cut(error: &str) -> String {
 }
 
 /// Posts the alert to `ALERT_URL`, or, unset, logs it. The URL is a secret
-/// (a Slack one carries a token): it never appears in an error or a log.
+/// (a chat webhook's carries a token): it never appears in an error or a log.
 pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, CallError> {
     let Some(url) = config::optional(call.env, "ALERT_URL") else {
         let text = serde_json::from_str::<ChatMessage>(payload)
@@ -194,7 +194,7 @@ pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, CallEr
         );
         return Ok(Performed::Skipped("ALERT_URL is not set: logged only"));
     };
-    post_json(&url, &slack_body(payload)?, call, None).await?;
+    post_json(&url, &chat_body(payload)?, call, None).await?;
     Ok(Performed::Sent)
 }
 
@@ -210,9 +210,9 @@ mod tests {
 
     fn failed(event_id: &str) -> Alert<'_> {
         Alert::EventFailed {
-            source: "stripe",
+            source: "beta",
             event_id,
-            kind: "checkout.session.completed",
+            kind: "item.created",
             error: "D1 is down",
         }
     }
@@ -226,7 +226,7 @@ mod tests {
         let (_, next_bucket) = failed("evt_3").row(&SETTINGS, at + 15 * 60 * 1000);
         assert_ne!(first, next_bucket);
         let dead = Alert::SideEffectDead {
-            source: "stripe",
+            source: "beta",
             event_id: "evt_1",
             action: "send_email",
             key: "k",
@@ -234,13 +234,13 @@ mod tests {
             error: "target answered 500",
         };
         assert_ne!(dead.row(&SETTINGS, at).1, first, "another kind");
-        let github = Alert::EventFailed {
-            source: "github",
+        let alpha = Alert::EventFailed {
+            source: "alpha",
             event_id: "evt_1",
-            kind: "checkout.session.completed",
+            kind: "item.created",
             error: "D1 is down",
         };
-        assert_ne!(github.row(&SETTINGS, at).1, first, "another source");
+        assert_ne!(alpha.row(&SETTINGS, at).1, first, "another source");
     }
 
     #[test]
@@ -255,10 +255,10 @@ mod tests {
         };
         assert_eq!(
             payload,
-            r#"{"text":"stripe: event evt_1 (checkout.session.completed) gave up: D1 is down. Replay or dismiss it from the dashboard (/admin). Further failures of stripe within 15m are listed there, not alerted."}"#
+            r#"{"text":"beta: event evt_1 (item.created) gave up: D1 is down. Replay or dismiss it from the dashboard (/admin). Further failures of beta within 15m are listed there, not alerted."}"#
         );
         let refusals = Alert::Refusals {
-            source: "stripe",
+            source: "beta",
             minute: 1_700_000_000_000 / 60_000,
         };
         let (statement, _) = refusals.row(&SETTINGS, 1_700_000_000_000);
@@ -279,7 +279,7 @@ mod tests {
     #[test]
     fn what_the_sender_controls_cannot_ping_a_channel() {
         let alert = Alert::EventFailed {
-            source: "stripe",
+            source: "beta",
             event_id: "<!channel>",
             kind: "a&b",
             error: "<https://evil.example|click>",
@@ -292,7 +292,7 @@ mod tests {
             payload.contains("event <!channel> (a&b) gave up"),
             "stored as it is: {payload}"
         );
-        let posted = slack_body(payload).unwrap();
+        let posted = chat_body(payload).unwrap();
         assert!(
             posted.contains(
                 "event &lt;!channel&gt; (a&amp;b) gave up: &lt;https://evil.example|click&gt;."
@@ -300,7 +300,7 @@ mod tests {
             "{posted}"
         );
         assert!(!posted.contains('<') && !posted.contains('>'));
-        assert!(slack_body("not json").is_err());
+        assert!(chat_body("not json").is_err());
     }
 
     #[test]

@@ -10,6 +10,10 @@
 //! `signed` is `{body}` (default) or `{timestamp}.{body}`, which also applies
 //! the timestamp window; `key` and `event_type` are `header:<name>` or
 //! `json:<JSON pointer>`.
+//!
+//! Every such source's provider is `hmac`: an effect for one of them names
+//! `"hmac"` in `effects::EFFECTS` and tells the sources apart by
+//! `event.source`, the name in their URL (`acme`).
 
 use super::{
     required_header, verdict, ConfigError, EventIdentity, Identity, Provider, RawRequest,

@@ -37,7 +37,7 @@ impl Provider for GitHub {
     }
 
     /// The type is `X-GitHub-Event`, refined by the body's `action` when it
-    /// has one (`star.created`), so the ledger says what happened.
+    /// has one (`issues.opened`), so the ledger says what happened.
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {
         #[derive(Deserialize)]
         struct Envelope {
@@ -137,15 +137,15 @@ mod tests {
     #[test]
     fn identifies_by_delivery_header_and_typed_by_action() {
         let req = request(
-            &[("X-GitHub-Delivery", "d-1"), ("X-GitHub-Event", "star")],
-            r#"{"action":"created"}"#,
+            &[("X-GitHub-Delivery", "d-1"), ("X-GitHub-Event", "issues")],
+            r#"{"action":"opened"}"#,
         );
         let id = GitHub.identify(&req).unwrap().expect_event();
         assert_eq!(
             id,
             EventIdentity {
                 id: "d-1".into(),
-                kind: "star.created".into()
+                kind: "issues.opened".into()
             }
         );
         let ping = request(
@@ -157,10 +157,10 @@ mod tests {
 
     #[test]
     fn rejects_missing_delivery_id_and_non_json() {
-        let no_id = request(&[("X-GitHub-Event", "star")], "{}");
+        let no_id = request(&[("X-GitHub-Event", "issues")], "{}");
         assert_eq!(GitHub.identify(&no_id), Err(Rejection::MissingEventId));
         let form = request(
-            &[("X-GitHub-Delivery", "d-1"), ("X-GitHub-Event", "star")],
+            &[("X-GitHub-Delivery", "d-1"), ("X-GitHub-Event", "issues")],
             "payload=%7B%7D",
         );
         assert!(matches!(

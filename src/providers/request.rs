@@ -9,7 +9,7 @@ use crate::signature::Secrets;
 /// A request as it arrived: its URL, header names lower-cased, the body
 /// untouched.
 pub struct RawRequest {
-    /// The full URL the sender called (Twilio signs it).
+    /// The full URL the sender called (some providers sign it).
     pub url: String,
     headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -68,7 +68,7 @@ pub enum Identity {
     /// An event, to deduplicate and apply.
     Event(EventIdentity),
     /// A handshake the provider expects answered with this JSON body, not an
-    /// event (Slack's `url_verification`).
+    /// event (a URL check).
     Handshake(String),
 }
 
@@ -88,7 +88,7 @@ impl Identity {
 pub struct EventIdentity {
     /// Stable across the provider's retries of this event.
     pub id: String,
-    /// The event type, e.g. `checkout.session.completed` or `star.created`.
+    /// The event type, as the provider names it.
     pub kind: String,
 }
 
@@ -128,11 +128,11 @@ pub enum Rejection {
 }
 
 /// The longest event id accepted. Providers' ids are a few dozen bytes
-/// (Stripe `evt_…`, GitHub's UUIDs, Svix `msg_…`).
+/// (`evt_…`, UUIDs, `msg_…`).
 pub const MAX_EVENT_ID_BYTES: usize = 256;
 
-/// The longest event type accepted (`checkout.session.completed`,
-/// `pull_request`): the id and type travel to the inbox in its URL.
+/// The longest event type accepted (`invoice.paid`, `pull_request`): the
+/// id and type travel to the inbox in its URL.
 pub const MAX_EVENT_TYPE_BYTES: usize = 256;
 
 impl Rejection {

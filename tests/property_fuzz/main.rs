@@ -7,6 +7,7 @@
 //!
 //! Cases per property: `PROPTEST_CASES` (default 20,000, spread over the ten
 //! providers: about 2,000 each). `make fuzz-props` runs 500,000.
+// needs: everything
 
 use idempotent_webhooks::effects;
 use idempotent_webhooks::event::VerifiedEvent;
@@ -41,7 +42,7 @@ fn through(provider: &dyn Provider, req: &RawRequest) -> Result<bool, TestCaseEr
             received_at: 1,
         };
         // Statements or a PlanError: both are answers; a panic is not.
-        let _ = effects::plan(&event, 2);
+        let _ = effects::plan(&event, 2, None);
     }
     Ok(true)
 }
@@ -258,7 +259,7 @@ proptest! {
             body,
             received_at: 1,
         };
-        let _ = effects::plan(&event, 2);
+        let _ = effects::plan(&event, 2, None);
     }
 }
 
@@ -324,6 +325,6 @@ fn plan_refuses_a_body_nested_5000_deep() {
             body: body.clone(),
             received_at: 1,
         };
-        assert!(effects::plan(&event, 2).is_err(), "{kind}");
+        assert!(effects::plan(&event, 2, None).is_err(), "{kind}");
     }
 }

@@ -2,6 +2,7 @@
 // state on disk, the cron ticker), as a process group the tests can kill with
 // SIGKILL and start again on the same state. Also a recording HTTP sink for
 // side effects, and D1 queries on the on-disk state. Loopback only.
+// needs: stripe, github, demos
 import { spawn, spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { createServer } from "node:http";

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// needs: stripe, github, demos
 // A stand-in for `wrangler` on PATH, for the `make deploy` test: it records
 // each call (arguments and stdin) in $FAKE_WRANGLER_LOG and answers like
 // wrangler 4.86 (the shapes of `whoami --json`, `d1 list --json`,
@@ -79,7 +80,7 @@ switch (true) {
     const pending = readdirSync("migrations").filter((m) => !state.migrated.includes(m));
     state.migrated.push(...pending);
     save();
-    console.log(pending.length ? `✅ Applied ${pending.length} migrations!` : "✅ No migrations to apply!");
+    console.log(pending.length ? `✅ Applied ${pending.length} migrations! (${pending.join(", ")})` : "✅ No migrations to apply!");
     break;
   }
   case command === "d1 execute DB": {

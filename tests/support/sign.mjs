@@ -14,21 +14,31 @@ export const now = () => Math.floor(Date.now() / 1000);
  * sign through it.
  */
 export const SIGNATURES = {
+  // needs: stripe
   stripe: (secret, t, body) => `t=${t},v1=${hmac("sha256", secret, `${t}.${body}`, "hex")}`,
+  // needs: github
   github: (secret, body) => `sha256=${hmac("sha256", secret, body, "hex")}`,
+  // needs one of: standard-webhooks, svix
   /** Standard Webhooks and Svix: `key` is the secret's decoded bytes. */
   standardWebhooks: (key, id, ts, body) => `v1,${hmac("sha256", key, `${id}.${ts}.${body}`, "base64")}`,
+  // needs: shopify
   shopify: (secret, body) => hmac("sha256", secret, body, "base64"),
+  // needs: slack
   slack: (secret, ts, body) => `v0=${hmac("sha256", secret, `v0:${ts}:${body}`, "hex")}`,
+  // needs: linear
   linear: (secret, body) => hmac("sha256", secret, body, "hex"),
+  // needs: paddle
   paddle: (secret, ts, body) => `ts=${ts};h1=${hmac("sha256", secret, `${ts}:${body}`, "hex")}`,
+  // needs: twilio
   /** The URL Twilio called, then the form's `[name, value]` pairs sorted by name. */
   twilio: (token, url, pairs = []) =>
     hmac("sha1", token, url + [...pairs].sort(byName).map(([n, v]) => n + v).join(""), "base64"),
+  // needs: hmac
   /** The generic `hmac` provider as configured for `acme` in the tests. */
   acme: (secret, ts, body) => `sha256=${hmac("sha256", secret, `${ts}.${body}`, "hex")}`,
 };
 
+// needs: stripe
 /** Headers for a Stripe delivery of `body`, signed at `t` (unix seconds). */
 export function stripeHeaders(body, secret, t = now()) {
   return {
@@ -37,6 +47,7 @@ export function stripeHeaders(body, secret, t = now()) {
   };
 }
 
+// needs: github
 /** Headers for a GitHub delivery of `body`. */
 export function githubHeaders(body, secret, { delivery, event }) {
   return {
@@ -51,6 +62,7 @@ let counter = 0;
 /** A fresh id, unique within the test run. */
 export const uniqueId = (prefix) => `${prefix}_${Date.now().toString(36)}${(counter++).toString(36)}`;
 
+// needs: stripe, demos
 export function checkoutCompleted({
   id = uniqueId("evt"),
   session = uniqueId("cs"),
@@ -80,6 +92,7 @@ export function checkoutCompleted({
   });
 }
 
+// needs: stripe, demos
 export function paymentIntentSucceeded({ id = uniqueId("evt"), paymentIntent }) {
   return JSON.stringify({
     id,
@@ -90,6 +103,7 @@ export function paymentIntentSucceeded({ id = uniqueId("evt"), paymentIntent }) 
   });
 }
 
+// needs: stripe, demos
 export function subscriptionEvent({ id = uniqueId("evt"), type, created, subscription, status }) {
   return JSON.stringify({
     id,
@@ -100,6 +114,7 @@ export function subscriptionEvent({ id = uniqueId("evt"), type, created, subscri
   });
 }
 
+// needs: github, demos
 /**
  * A GitHub star event. Like GitHub's, it names who starred and when, so two
  * distinct stars have distinct bodies (the worker fences on the body, since

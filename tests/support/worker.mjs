@@ -9,7 +9,9 @@ import { unstable_getMiniflareWorkerOptions, unstable_readConfig, unstable_split
 const DLQ = unstable_readConfig({ config: "wrangler.toml" }).queues.consumers[0].dead_letter_queue;
 
 export const SECRETS = {
+  // needs: stripe
   STRIPE_WEBHOOK_SECRET: "whsec_test_current, whsec_test_previous",
+  // needs: github
   GITHUB_WEBHOOK_SECRET: "gh_test_secret",
 };
 

@@ -1,0 +1,145 @@
+// Keeps only what `cargo generate` was told to: `node choose.mjs
+// <providers> <demos> <dashboard>` (run by hook.rhai in the new copy).
+//
+// - Providers: each unchosen one's file, registry line, cargo feature, CLI
+//   signer, source, local secret and tests go (a Rust item under its
+//   `#[cfg(feature)]`, a test item under its `// needs:` line).
+// - `demos=false`: the demo effects, their tables, and every test that
+//   names them go; the migrations start clean (migrations-without-demos/).
+// - `dashboard=false`: the dashboard's modules, feature and tests go.
+//
+// All three at their defaults leave the copy as the template is.
+import { existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+
+import { cutItems, fileNeedsMissing, pruneCfg, pruneNeeds } from "./prune.mjs";
+import { copyReadme } from "./readme.mjs";
+import { SOURCES } from "./sources.mjs";
+
+const [list, demosArg, dashboardArg, name] = process.argv.slice(2);
+const ALL = Object.keys(SOURCES);
+const chosen = [...new Set((list ?? "").split(",").map((p) => p.trim()).filter(Boolean))];
+const unknown = chosen.filter((p) => !ALL.includes(p));
+if (!chosen.length || unknown.length || !/^(true|false)$/.test(demosArg) || !/^(true|false)$/.test(dashboardArg)) {
+  console.error(`choose: providers is a comma list of ${ALL.join(", ")}${unknown.length ? ` (not: ${unknown.join(", ")})` : ""}; demos and dashboard are true or false`);
+  process.exit(2);
+}
+const demos = demosArg === "true";
+const dashboard = dashboardArg === "true";
+const everything = chosen.length === ALL.length && demos && dashboard;
+
+// What the copy leaves out: provider names, cargo features, and the
+// `demos`/`dashboard` parts; each is a name `needs:` lines may list.
+const keptFeatures = new Set(chosen.map((p) => SOURCES[p].feature));
+const removedFeatures = new Set(ALL.map((p) => SOURCES[p].feature).filter((f) => !keptFeatures.has(f)));
+if (!dashboard) removedFeatures.add("dashboard");
+const missing = new Set([...ALL.filter((p) => !chosen.includes(p)), ...removedFeatures]);
+if (!demos) missing.add("demos");
+// The benchmarks, the soak and the long fuzz measure the template itself;
+// `template` marks what checks the template's own files.
+if (!everything) missing.add("everything");
+missing.add("template");
+
+const read = (file) => readFileSync(file, "utf8");
+const write = (file, text) => writeFileSync(file, text.replace(/\n{3,}/g, "\n\n"));
+const files = (dir) =>
+  readdirSync(dir).flatMap((entry) => {
+    const path = join(dir, entry);
+    return statSync(path).isDirectory() ? files(path) : [path];
+  });
+
+// 1. Files that need something left out go whole; the rest lose the items
+//    that do.
+for (const dir of ["src", "cli", "tests", "fuzz", "scripts", "migrations"]) {
+  if (!existsSync(dir)) continue;
+  for (const file of files(dir)) {
+    if (!/\.(rs|mjs|js|sql|sh)$/.test(file) || file.startsWith("scripts/template") || !existsSync(file)) continue;
+    const text = read(file);
+    if (fileNeedsMissing(text, missing)) {
+      rmSync(file);
+      continue;
+    }
+    let pruned = pruneNeeds(text, missing);
+    if (file.endsWith(".rs")) {
+      const { text: cfgPruned, mods } = pruneCfg(pruned, removedFeatures);
+      pruned = cfgPruned;
+      for (const mod of mods) rmSync(join(dirname(file), `${mod}.rs`), { force: true });
+    }
+    if (pruned !== text) write(file, pruned);
+  }
+}
+for (const dir of ["tests/property_fuzz", "fuzz"]) {
+  if (existsSync(dir) && !readdirSync(dir).some((f) => /\.(rs|mjs)$/.test(f))) rmSync(dir, { recursive: true });
+}
+if (!everything) {
+  for (const path of ["bench", "soak"]) rmSync(path, { recursive: true, force: true });
+}
+
+// 2. The provider registry's lines, the CLI's signers, the demo effects.
+const unchosen = ALL.filter((p) => !chosen.includes(p));
+const names = (ps) => ps.map((p) => p.replace(/[-]/g, "\\-")).join("|");
+if (unchosen.length) {
+  const registry = "src/providers/mod.rs";
+  const kept = cutItems(read(registry), new RegExp(`^\\s*"(${names([...removedFeatures])})"\\s+=>`));
+  // A kept module's line serves only the chosen names (svix without standard-webhooks).
+  const served = (list) => list.split(", ").filter((n) => !unchosen.includes(n.slice(1, -1))).join(", ");
+  write(registry, kept.replace(/^(\s*"[a-z-]+"\s+=> [a-z_]+\s+)\[([^\]]+)\],$/gm, (all, head, list) => `${head}[${served(list)}],`));
+  for (const file of ["cli/src/fixtures.rs", "cli/src/signers.rs"]) {
+    let cli = cutItems(read(file), new RegExp(`^ {4}"(${names(unchosen)})",$`));
+    cli = cutItems(cli, new RegExp(`^\\s+"(${names(unchosen)})"( \\| "(${names(unchosen)})")* =>`), { comments: true });
+    cli = cli.replace(/^(\s+)"([a-z-]+)" \| "([a-z-]+)" =>/gm, (all, pad, a, b) =>
+      unchosen.includes(a) ? `${pad}"${b}" =>` : unchosen.includes(b) ? `${pad}"${a}" =>` : all,
+    );
+    cli = cutItems(cli, new RegExp(`^\\s+fn (${unchosen.map((p) => p.replace("-", "_")).join("|")})_`));
+    write(file, cli);
+  }
+}
+// A demo effect whose file went (no demos, or not its provider) leaves no line.
+const gone = ["orders", "stars", "subscriptions"].filter((effect) => !existsSync(`src/effects/${effect}.rs`));
+if (gone.length) {
+  const effects = "src/effects/mod.rs";
+  write(effects, cutItems(read(effects), new RegExp(`^(mod (${gone.join("|")});|\\s+\\("[a-z]+", "[a-z_.]+", (${gone.join("|")})::)`)));
+}
+if (!demos) {
+  for (const file of readdirSync("migrations")) rmSync(join("migrations", file));
+  for (const file of readdirSync("scripts/template/migrations-without-demos")) {
+    writeFileSync(join("migrations", file), read(join("scripts/template/migrations-without-demos", file)));
+  }
+}
+
+// 3. Cargo.toml: the features, their optional dependencies, the defaults.
+let cargo = pruneNeeds(read("Cargo.toml"), missing);
+for (const feature of removedFeatures) {
+  cargo = cargo.replace(new RegExp(`(^#[^\\n]*\\n)*^${feature} = \\[[^\\]]*\\]\\n`, "m"), "");
+  cargo = cargo.replace(new RegExp(`"${feature}", |, "${feature}"`), "");
+}
+for (const [, dep] of cargo.matchAll(/^([a-z0-9-]+) = \{[^}\n]*optional = true[^}\n]*\}$/gm)) {
+  if (!cargo.includes(`"dep:${dep}"`)) cargo = cargo.replace(new RegExp(`(^#[^\\n]*\\n)*^${dep} = [^\\n]*\\n`, "m"), "");
+}
+write("Cargo.toml", cargo);
+
+// 4. The sources and their secrets: one per chosen provider.
+if (!everything) {
+  const firstFeature = SOURCES[chosen[0]].feature;
+  let wrangler = read("wrangler.toml");
+  const table = chosen.map((p) => SOURCES[p].source).join("\n");
+  wrangler = wrangler.replace(/^# Webhook sources:[^]*?\n\n/m, `# Webhook sources: POST /webhooks/{name}. Each names its provider; its secret\n# is the secret {NAME}_WEBHOOK_SECRET (upper-cased, - as _) unless \`secret\`\n# names another variable. docs/providers.md lists each provider's headers.\n[vars.SOURCES]\n${table}\n\n`);
+  wrangler = wrangler.replace(/WORKER_FEATURES=[a-z,-]+/, `WORKER_FEATURES=${firstFeature},admin`);
+  write("wrangler.toml", wrangler);
+  const secrets = chosen.map((p) => `${SOURCES[p].secretVar}=${SOURCES[p].localSecret}`).join("\n");
+  write(".dev.vars.example", read(".dev.vars.example").replace(/^([A-Z_]+_WEBHOOK_SECRET=.*\n)+/m, `${secrets}\n`));
+  write("Makefile", read("Makefile").replace(/^MINIMAL := .*$/m, `MINIMAL := ${firstFeature}`));
+}
+
+// 5. The Makefile's targets whose files went, and the copy's README.
+let makefile = pruneNeeds(read("Makefile"), missing);
+for (const [, target] of read("Makefile").matchAll(/^# needs: .*\n(?:##.*\n)*([a-z-]+):/gm)) {
+  if (new RegExp(`^${target}:`, "m").test(makefile)) continue;
+  // Gone from the list of phony targets and from what `make test` runs.
+  makefile = makefile.replace(/^(\.PHONY:|test:).*$/gm, (line) => line.replace(new RegExp(` ${target}(?= |$)`), ""));
+}
+write("Makefile", makefile);
+copyReadme({ name, providers: chosen, demos, dashboard });
+// The recipes are in the copy's README, as they apply to it.
+rmSync("docs/recipes.md");
+console.log(`chose: ${chosen.join(", ")}; demos ${demos}; dashboard ${dashboard}`);

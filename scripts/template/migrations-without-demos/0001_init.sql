@@ -1,0 +1,67 @@
+-- The schema a copy without the demo effects starts from: the ledger, the
+-- outbox, and what operators see. Add your effect's tables in a new file,
+-- 0002_<what>.sql (`wrangler d1 migrations create DB <what>`).
+
+-- The ledger: one row per event whose effect has committed. Its primary key
+-- is what makes an effect happen once: every effect batch inserts here first,
+-- and a second attempt at the same event fails on it and rolls back whole.
+-- Where the signature does not cover the event id, fence_sha256 (the signed
+-- content's SHA-256) is unique per source: a signed body resent under a
+-- fresh id is a duplicate too.
+CREATE TABLE processed_events (
+    source       TEXT    NOT NULL,
+    event_id     TEXT    NOT NULL,
+    type         TEXT    NOT NULL,
+    received_at  INTEGER NOT NULL, -- ms since epoch, first copy's arrival
+    processed_at INTEGER NOT NULL, -- ms since epoch, when the batch committed
+    fence_sha256 TEXT,
+    PRIMARY KEY (source, event_id)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX processed_events_fence ON processed_events (source, fence_sha256)
+    WHERE fence_sha256 IS NOT NULL;
+
+-- Side effects as intent, written in the effect's own transaction.
+CREATE TABLE outbox (
+    idempotency_key TEXT PRIMARY KEY,   -- sha256(source, event id, action), hex
+    source          TEXT    NOT NULL,
+    event_id        TEXT    NOT NULL,
+    action          TEXT    NOT NULL,   -- send_email, notify_chat, notify_operator
+    payload         TEXT    NOT NULL,   -- JSON, what the performer needs
+    status          TEXT    NOT NULL DEFAULT 'pending', -- pending | sending | sent | dead
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    last_error      TEXT,
+    note            TEXT,               -- e.g. why a send was skipped
+    lease_until     INTEGER,            -- ms; while 'sending', the claim's expiry
+    next_attempt_at INTEGER NOT NULL,   -- ms; when a 'pending' row is due
+    created_at      INTEGER NOT NULL,
+    updated_at      INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX outbox_due ON outbox (status, next_attempt_at);
+CREATE INDEX outbox_alerts ON outbox (created_at) WHERE action = 'notify_operator';
+
+-- Events whose effect gave up, for operators to replay or dismiss.
+CREATE TABLE failed_events (
+    source       TEXT    NOT NULL,
+    event_id     TEXT    NOT NULL,
+    type         TEXT    NOT NULL,
+    received_at  INTEGER NOT NULL,
+    failed_at    INTEGER NOT NULL,
+    last_error   TEXT,
+    dismissed_at INTEGER,
+    PRIMARY KEY (source, event_id)
+);
+
+-- Per-source delivery counters, and their trend by minute.
+CREATE TABLE source_counters (
+    source  TEXT    NOT NULL,
+    counter TEXT    NOT NULL,
+    value   INTEGER NOT NULL,
+    PRIMARY KEY (source, counter)
+);
+CREATE TABLE delivery_trend (
+    minute  INTEGER NOT NULL,   -- minutes since the Unix epoch, UTC
+    source  TEXT    NOT NULL,
+    outcome TEXT    NOT NULL,
+    value   INTEGER NOT NULL,
+    PRIMARY KEY (minute, source, outcome)
+) WITHOUT ROWID;

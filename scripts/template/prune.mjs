@@ -1,0 +1,220 @@
+// The pruning primitives choose.mjs applies to a generated copy: code is cut
+// by what it already says (a `#[cfg(feature = …)]`, a `// needs: …` line),
+// never by line numbers, and each cut takes a whole item as its formatter
+// (rustfmt, prettier) laid it out: its first line, every line indented
+// deeper, and the closing line at its own indent.
+
+const indent = (line) => line.match(/^[ \t]*/)[0].length;
+const CLOSERS = /^[}\])]/;
+const OPENS = /[{([]$/;
+
+/**
+ * The last line of the item that starts at `start`: the lines indented
+ * deeper than it, and a closing line at its indent (`}`, `)`, `]`), which
+ * goes on when it opens again (`) -> T {`).
+ */
+export function itemEnd(lines, start) {
+  const at = indent(lines[start]);
+  let end = start;
+  if (!OPENS.test(lines[start].trimEnd())) {
+    // One line, or a statement whose continuation lines are indented.
+    while (end + 1 < lines.length && lines[end + 1].trim() && indent(lines[end + 1]) > at) end++;
+    return end;
+  }
+  for (let i = start + 1; i < lines.length; i++) {
+    const line = lines[i];
+    if (!line.trim() || indent(line) > at) continue;
+    if (CLOSERS.test(line.trim())) {
+      end = i;
+      if (OPENS.test(line.trimEnd())) continue;
+      return end;
+    }
+    return end;
+  }
+  return end;
+}
+
+/**
+ * The doc comments and attributes directly above `start`, and with
+ * `comments` the plain `//` comments too.
+ */
+function leadStart(lines, start, comments = false) {
+  const lead = comments ? /^\s*(\/\/(?!!)|#\[)/ : /^\s*(\/\/\/|#\[)/;
+  let first = start;
+  while (first > 0 && lead.test(lines[first - 1])) first--;
+  return first;
+}
+
+/** Removes lines `from..=to`, then any blank line left doubled. */
+function cut(lines, from, to) {
+  lines.splice(from, to - from + 1);
+  if (from > 0 && from < lines.length && !lines[from].trim() && !lines[from - 1].trim()) lines.splice(from, 1);
+}
+
+// ---- cfg expressions, in three values: true, false, or what remains ----
+
+function parseCfg(text) {
+  const tokens = text.match(/[A-Za-z_][A-Za-z0-9_]*|"[^"]*"|[(),=]/g);
+  let i = 0;
+  const pred = () => {
+    const name = tokens[i++];
+    if (tokens[i] === "=") {
+      i++;
+      return { key: name, value: tokens[i++].slice(1, -1) };
+    }
+    if (tokens[i] !== "(") return { key: name };
+    i++;
+    const args = [];
+    while (tokens[i] !== ")") {
+      args.push(pred());
+      if (tokens[i] === ",") i++;
+    }
+    i++;
+    return { op: name, args };
+  };
+  return pred();
+}
+
+/** `removed`: the features the copy no longer has. */
+function evaluate(node, removed) {
+  if (node.key === "feature") return removed.has(node.value) ? false : node;
+  if (!node.op) return node;
+  const args = node.args.map((arg) => evaluate(arg, removed));
+  if (node.op === "not") return args[0] === true ? false : args[0] === false ? true : { op: "not", args };
+  const absorbing = node.op === "any";
+  if (args.includes(absorbing)) return absorbing;
+  const rest = args.filter((arg) => arg !== !absorbing);
+  if (rest.length === 0) return !absorbing;
+  return rest.length === 1 ? rest[0] : { op: node.op, args: rest };
+}
+
+function print(node) {
+  if (node.op) return `${node.op}(${node.args.map(print).join(", ")})`;
+  return node.value === undefined ? node.key : `${node.key} = "${node.value}"`;
+}
+
+/**
+ * Rust: every item under a `#[cfg]` that the removed features make false is
+ * cut with its docs; an attribute they make true is dropped; one they only
+ * shorten is rewritten. Returns the text and the `mod` names cut (whose
+ * files go too).
+ */
+export function pruneCfg(text, removed) {
+  const lines = text.split("\n");
+  const mods = [];
+  for (let i = 0; i < lines.length; i++) {
+    const open = lines[i].match(/^(\s*)#\[cfg\((.*)$/);
+    if (!open) continue;
+    // The attribute may span lines (rustfmt breaks a long one).
+    let last = i;
+    let attr = lines[i].trim();
+    while (!attr.endsWith(")]")) attr += " " + lines[++last].trim();
+    // A macro's own attributes (`$feature`) are not this copy's to decide.
+    if (attr.includes("$")) continue;
+    const value = evaluate(parseCfg(attr.slice("#[cfg(".length, -2)), removed);
+    if (value === true) {
+      lines.splice(i, last - i + 1);
+      i--;
+    } else if (value === false) {
+      let start = last + 1;
+      while (/^\s*(\/\/\/|#\[)/.test(lines[start])) start++;
+      const mod = lines[start].match(/^\s*(?:pub(?:\([a-z]+\))? )?mod ([a-z_0-9]+);/);
+      if (mod) mods.push(mod[1]);
+      const from = leadStart(lines, i);
+      cut(lines, from, itemEnd(lines, start));
+      i = from - 1;
+    } else if (print(value) !== attr.slice("#[cfg(".length, -2)) {
+      lines.splice(i, last - i + 1, `${open[1]}#[cfg(${print(value)})]`);
+    }
+  }
+  return { text: lines.join("\n"), mods };
+}
+
+/**
+ * Cuts each item whose first line matches `pattern` (an arm, a table line,
+ * a declaration), with the doc comments above it (with `comments`, any
+ * comment lines right above it).
+ */
+export function cutItems(text, pattern, { comments = false } = {}) {
+  const lines = text.split("\n");
+  for (let i = 0; i < lines.length; i++) {
+    if (!pattern.test(lines[i])) continue;
+    const from = leadStart(lines, i, comments);
+    cut(lines, from, itemEnd(lines, i));
+    i = from - 1;
+  }
+  return lines.join("\n");
+}
+
+/**
+ * What a `needs:` comment asks: `// needs: stripe, demos` (all of them) or
+ * `// needs one of: svix, standard-webhooks`. `null` on any other line.
+ */
+function needsOf(line) {
+  const match = line.match(/^\s*(?:\/\/|#|--) needs( one of)?: (.*)$/);
+  if (!match) return null;
+  const names = match[2].split(/,\s*/);
+  return (missing) => (match[1] ? names.every((n) => missing.has(n)) : names.some((n) => missing.has(n)));
+}
+
+/** Whether a file's opening comment says it needs something left out. */
+export function fileNeedsMissing(text, missing) {
+  const lines = text.split("\n");
+  const head = lines.slice(0, lines.findIndex((line) => !/^\s*(\/\/|#|--)/.test(line)));
+  return head.some((line) => needsOf(line)?.(missing));
+}
+
+/**
+ * Cuts each item marked by a `needs:` line above it whose needs include
+ * something left out; drops the markers of those that stay.
+ */
+export function pruneNeeds(text, missing) {
+  const lines = text.split("\n");
+  for (let i = 0; i < lines.length; i++) {
+    const needs = needsOf(lines[i]);
+    if (!needs) continue;
+    if (fileHeader(lines, i)) {
+      // The file's own needs, met: it stays, without the marker.
+      lines.splice(i--, 1);
+      continue;
+    }
+    if (needs(missing)) {
+      const start = pastComments(lines, i + 1);
+      if (start >= lines.length) throw new Error(`a needs: line with no item after it: ${lines[i]}`);
+      cut(lines, i, itemEnd(lines, start));
+    } else {
+      lines.splice(i, 1);
+    }
+    i--;
+  }
+  return lines.join("\n");
+}
+
+/**
+ * The first line at or after `i` that is not a comment or an attribute
+ * (`//`, a block comment, `#`, `--`, `#[…]`).
+ */
+function pastComments(lines, i) {
+  while (i < lines.length) {
+    const line = lines[i].trim();
+    if (line.startsWith("/*")) {
+      while (!lines[i].includes("*/")) i++;
+      i++;
+    } else if (line.startsWith("#[") && !line.endsWith("]")) {
+      // An attribute rustfmt broke over lines.
+      while (i < lines.length && !lines[i].trimEnd().endsWith(")]")) i++;
+      i++;
+    } else if (/^(\/\/|#|--)/.test(line)) {
+      i++;
+    } else {
+      return i;
+    }
+  }
+  return i;
+}
+
+/** A `needs:` line in a file's opening comment block (not above an item). */
+function fileHeader(lines, i) {
+  for (let j = 0; j <= i; j++) if (!/^\s*(\/\/|#|--)/.test(lines[j])) return false;
+  return true;
+}

@@ -1,0 +1,75 @@
+// The README of a generated copy: about the copy (its name, sources, secrets,
+// the three commands) and the "Make it yours" recipes that apply to it,
+// written from the same steps `make template-check` applies and tests.
+import { writeFileSync } from "node:fs";
+
+import { RECIPES } from "./recipes.mjs";
+import { SOURCES } from "./sources.mjs";
+
+/** One step of a recipe, as the README tells it. */
+function stepText(step) {
+  if (!step.say) return "";
+  const code = step.write || step.migration || step.insert ? step.text : null;
+  const lang = step.write?.endsWith(".rs") || step.insert?.endsWith(".rs") ? "rust" : step.insert === "Cargo.toml" ? "toml" : "sql";
+  return `- ${step.say}\n${code ? `\n\`\`\`${lang}\n${code.trimEnd()}\n\`\`\`\n` : ""}`;
+}
+
+/** The recipes that apply to a copy, as Markdown sections under `level`. */
+export function recipesText(copy, level = "###") {
+  return RECIPES.filter((r) => r.applies(copy))
+    .map((r) => `${level} ${r.title}\n\n${r.intro}\n\n${r.steps.map(stepText).join("\n")}${r.outro ? `\n${r.outro}\n` : ""}`)
+    .join("\n");
+}
+
+export function copyReadme({ name, providers, demos, dashboard }) {
+  const rows = providers.map((p) => {
+    const source = SOURCES[p].source.split("\n").at(-1).split(" ")[0];
+    return `| \`${source}\` | ${p} | \`POST /webhooks/${source}\` | \`${SOURCES[p].secretVar}\` |`;
+  });
+
+  const text = `# ${name}
+
+A webhook endpoint on Cloudflare Workers, in Rust. Each event it receives
+has one effect, however many times and however concurrently it arrives.
+It was generated from the idempotent-webhooks template.
+
+## Sources
+
+| Source | Provider | Path | Secret |
+|---|---|---|---|
+${rows.join("\n")}
+
+Sources are declared under \`[vars.SOURCES]\` in \`wrangler.toml\`. Local
+secrets are in \`.dev.vars\` (copied from \`.dev.vars.example\`).
+${demos ? "\nThe demo effects in `src/effects/` show the shapes an effect takes.\nReplace them with yours.\n" : "\nA verified event writes its ledger row and nothing else, until you add an\neffect (`src/effects/`, below).\n"}
+## Run it
+
+\`\`\`sh
+make dev    # http://localhost:8787, with local D1, Durable Objects and Queues
+make test   # every check, end to end in the local runtime
+\`\`\`
+
+Both install what they need first. No Cloudflare account is needed.
+${dashboard ? "\nThe dashboard is at <http://localhost:8787/admin> (token: `ADMIN_TOKEN` in\n`.dev.vars`).\n" : ""}
+## Deploy
+
+\`\`\`sh
+make deploy
+\`\`\`
+
+It logs you in, creates the D1 database, queues and secrets, applies the
+migrations and deploys. It asks for each source's secret.
+
+## Make it yours
+
+${recipesText({ providers, demos, dashboard })}
+## More
+
+- [docs/](docs/): the guarantees, every reply, configuration, providers,
+  operating it, deploying, extending it, and the layout of the code.
+- [BENCHMARKS.md](BENCHMARKS.md) and [RELIABILITY.md](RELIABILITY.md): the
+  template's own figures, its speed and costs and the faults it was put
+  through.
+`;
+  writeFileSync("README.md", text);
+}

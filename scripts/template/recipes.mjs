@@ -1,0 +1,208 @@
+// The "Make it yours" recipes: each is the steps a person takes by hand, as
+// data, so that the copy's README shows them (readme.mjs) and
+// `make template-check` applies them to generated copies and runs the
+// copies' tests (apply-recipe.mjs). A step writes a file, adds a line after
+// another, or deletes a file or lines.
+
+const INVOICES_RS = `//! Stripe \`invoice.paid\` → \`invoices\`, and one email to the customer.
+
+use serde::Deserialize;
+
+use super::{parse, Effect, PlanError, Statement, StripeEvent};
+use crate::event::VerifiedEvent;
+use crate::outbox::Email;
+
+#[derive(Deserialize)]
+struct Invoice {
+    id: String,
+    customer_email: Option<String>,
+    amount_paid: i64,
+    currency: String,
+}
+
+const MARK_PAID: &str = "INSERT INTO invoices (id, status, amount_paid, currency, updated_at) \\
+     VALUES (?1, 'paid', ?2, ?3, ?4) \\
+     ON CONFLICT (id) DO UPDATE SET status = 'paid', amount_paid = excluded.amount_paid, \\
+       currency = excluded.currency, updated_at = excluded.updated_at";
+
+/// \`invoice.paid\`: the invoice is paid, and its customer gets one email,
+/// keyed by the invoice (two events about it send one).
+pub fn paid(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
+    let invoice = parse::<StripeEvent<Invoice>>(&event.body)?.data.object;
+    let email = invoice.customer_email.as_ref().map(|to| Email {
+        to: to.clone(),
+        subject: "Payment received".into(),
+        text: format!("Invoice {} is paid. Thank you!", invoice.id),
+    });
+    let writes = vec![Statement::new(
+        MARK_PAID,
+        vec![
+            invoice.id.as_str().into(),
+            invoice.amount_paid.into(),
+            invoice.currency.as_str().into(),
+            now.into(),
+        ],
+    )];
+    let side_effects = email.map(|email| email.send().about("invoice", &invoice.id));
+    Ok(Effect {
+        writes,
+        side_effects: side_effects.into_iter().collect(),
+    })
+}
+`;
+
+const INVOICES_SQL = `-- invoice.paid (src/effects/invoices.rs): one row per invoice.
+CREATE TABLE invoices (
+    id          TEXT PRIMARY KEY,
+    status      TEXT    NOT NULL,
+    amount_paid INTEGER NOT NULL, -- minor units (cents)
+    currency    TEXT    NOT NULL,
+    updated_at  INTEGER NOT NULL
+) WITHOUT ROWID;
+`;
+
+// The recipe's own proof, added to the copy by make template-check (not a
+// step: the README's reader tests by hand, or writes a test like it).
+const INVOICES_TEST = `// invoice.paid (recipe a): 20 concurrent copies, one row, one email.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+
+import { eventually, startWorker } from "./support/worker.mjs";
+import { stripeHeaders, uniqueId } from "./support/sign.mjs";
+
+let w;
+before(async () => {
+  w = await startWorker({ STRIPE_WEBHOOK_SECRET: "whsec_recipe", EMAIL_API_URL: "http://email.test" });
+});
+after(() => w.dispose());
+
+test("invoice.paid: one invoice row and one email, however many copies", async () => {
+  const id = uniqueId("evt");
+  const invoice = uniqueId("in");
+  const object = { id: invoice, customer_email: "payer@example.com", amount_paid: 1999, currency: "usd" };
+  const body = JSON.stringify({ id, type: "invoice.paid", created: 1, data: { object } });
+  const send = () => w.post("/webhooks/stripe", body, stripeHeaders(body, "whsec_recipe")).then((r) => r.json());
+  const replies = await Promise.all(Array.from({ length: 20 }, send));
+  assert.equal(replies.filter((r) => r.outcome === "processed").length, 1);
+  assert.equal(await w.scalar("SELECT amount_paid FROM invoices WHERE id = ?", invoice), 1999);
+  await eventually(() => w.target.to("http://email.test/").some((c) => c.body.includes(invoice)), 10_000, "the email");
+  await new Promise((r) => setTimeout(r, 1_500)); // a second email would land meanwhile
+  assert.equal(w.target.to("http://email.test/").filter((c) => c.body.includes(invoice)).length, 1);
+});
+`;
+
+const PROVIDER_RS = `//! Acme Pay: \`x-acme-pay-signature\` is \`sha256=\` and the hex HMAC-SHA256 of
+//! the body; the event id is \`x-acme-pay-event-id\` (the same on every
+//! retry), the type \`x-acme-pay-event-type\`.
+
+use super::{
+    hex_tag, required_header, verdict, ConfigError, EventIdentity, Identity, Provider, RawRequest,
+    Rejection, SourceConfig, Verified, VerifyContext,
+};
+
+pub struct AcmePay;
+
+pub fn build(_: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
+    Ok(Box::new(AcmePay))
+}
+
+impl Provider for AcmePay {
+    fn name(&self) -> &'static str {
+        "acme-pay"
+    }
+
+    fn verify(&self, req: &RawRequest, ctx: &VerifyContext) -> Result<Verified, Rejection> {
+        let header = required_header(req, "x-acme-pay-signature");
+        let tag = hex_tag(header.ok_or(Rejection::MissingSignature)?, "sha256=")?;
+        let signed_by = ctx.secrets.any_signed(&[&req.body], &[tag]);
+        verdict("HMAC-SHA256 of the body", signed_by, None, ctx)
+    }
+
+    fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {
+        let id = required_header(req, "x-acme-pay-event-id").ok_or(Rejection::MissingEventId)?;
+        let kind = required_header(req, "x-acme-pay-event-type").unwrap_or("event");
+        Ok(Identity::Event(EventIdentity {
+            id: id.to_string(),
+            kind: kind.to_string(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::testing;
+    use crate::signature::{Secrets, Tag};
+
+    #[test]
+    fn a_signed_body_verifies_and_a_changed_one_does_not() {
+        let secrets = Secrets::from_raw(&[b"acme-pay-secret".as_slice()]);
+        let tag = Tag::sha256(b"acme-pay-secret", &[b"{}".as_slice()]).to_hex();
+        let signature = format!("sha256={tag}");
+        let headers = [
+            ("x-acme-pay-signature", Some(signature.as_str())),
+            ("x-acme-pay-event-id", Some("ap_1")),
+        ];
+        let ctx = testing::context(&secrets, 0);
+        let signed = testing::request(&headers, "{}");
+        assert!(AcmePay.verify(&signed, &ctx).is_ok());
+        assert_eq!(
+            AcmePay.verify(&testing::request(&headers, "{ }"), &ctx),
+            Err(Rejection::BadSignature)
+        );
+        let event = AcmePay.identify(&signed).unwrap();
+        assert_eq!(event.expect_event().id, "ap_1");
+    }
+}
+`;
+
+export const RECIPES = [
+  {
+    id: "a",
+    title: "An effect: Stripe's `invoice.paid` upserts an invoice and sends one email",
+    intro:
+      "Three files: the effect, its line in the table, its table.\n" +
+      "It runs in the same transaction as the event's ledger row, so it happens once.\n" +
+      "The email is written as intent in that transaction, and sent once through the outbox.",
+    applies: (copy) => copy.providers.includes("stripe"),
+    steps: [
+      { write: "src/effects/invoices.rs", text: INVOICES_RS, say: "The effect, in a new file `src/effects/invoices.rs`:" },
+      { insert: "src/effects/mod.rs", after: /^use serde::de::DeserializeOwned;$/m, before: true, text: "mod invoices;\n\n", say: "Its `mod` line in `src/effects/mod.rs`, above the `use` lines:" },
+      { insert: "src/effects/mod.rs", after: /^ {4}\/\/ \(provider, event type, planner\): one line per effect\.$/m, text: '    ("stripe", "invoice.paid", invoices::paid),\n', say: "Its line in `EFFECTS`, in the same file:" },
+      { migration: "invoices", text: INVOICES_SQL, say: "Its table, in a new migration `migrations/NNNN_invoices.sql` (`make dev` and `make deploy` apply it):" },
+    ],
+    check: { write: "tests/invoices.test.mjs", text: INVOICES_TEST },
+  },
+  {
+    id: "b",
+    title: "A provider of your own",
+    intro:
+      "Three files: the provider, its lines in the registry, its cargo feature.\n" +
+      "A file without its registry line, or a line without its feature, fails a unit test that says which.",
+    applies: () => true,
+    steps: [
+      { write: "src/providers/acme_pay.rs", text: PROVIDER_RS, say: "The provider, in a new file `src/providers/acme_pay.rs` (`verify` runs before anything reads the body):" },
+      { insert: "src/providers/mod.rs", after: /^\/\/ not by the registry's macro, so that `cargo fmt` reaches the files\)\.$/m, text: '#[cfg(feature = "acme-pay")]\nmod acme_pay;\n', say: "Its `mod` line in `src/providers/mod.rs`:" },
+      { insert: "src/providers/mod.rs", after: /^registry! \{$/m, text: '    "acme-pay" => acme_pay ["acme-pay"],\n', say: "Its line in the `registry!` table, in the same file (cargo feature, module, the `provider` names it serves):" },
+      { insert: "Cargo.toml", after: /^\[features\]$/m, text: 'acme-pay = []\n', say: "Its feature in `Cargo.toml`, also added to `default`:" },
+      { replace: "Cargo.toml", pattern: /^default = \["/m, text: 'default = ["acme-pay", "' },
+    ],
+    outro:
+      "Then declare a source for it under `[vars.SOURCES]` in `wrangler.toml`:\n" +
+      '`acme-pay = { provider = "acme-pay" }`, with its secret `ACME_PAY_WEBHOOK_SECRET` in `.dev.vars`.',
+  },
+  {
+    id: "c",
+    title: "Remove a demo effect",
+    intro:
+      "The subscriptions demo, for example: its file, its test, its lines in the table,\n" +
+      "and a migration that drops its table.",
+    applies: (copy) => copy.demos && copy.providers.includes("stripe"),
+    steps: [
+      { delete: "src/effects/subscriptions.rs", say: "Delete `src/effects/subscriptions.rs` and `tests/subscriptions.test.mjs`." },
+      { delete: "tests/subscriptions.test.mjs" },
+      { cut: "src/effects/mod.rs", pattern: /^mod subscriptions;\n|^ {4}\("stripe", "customer\.subscription\.[a-z]+", subscriptions::set_state\),\n/gm, say: "In `src/effects/mod.rs`, delete `mod subscriptions;` and the two lines of `EFFECTS` that name `subscriptions::set_state`." },
+      { migration: "drop_subscriptions", text: "-- The subscriptions demo is gone.\nDROP TABLE IF EXISTS subscriptions;\n", say: "Drop its table in a new migration `migrations/NNNN_drop_subscriptions.sql`:" },
+    ],
+  },
+];

@@ -1,0 +1,216 @@
+// The guarantees, on whatever this copy receives: every source in
+// wrangler.toml gets storms of copies and forged signatures, and the first
+// one the faults — a crash between claim and effect, a lost reply after the
+// commit, an effect that never succeeds — and the outbox's retries, lease
+// and fencing, through the operators' alert and a side effect the tests add
+// (`x-test-fault: with-side-effect`). No demo effect is needed: this file
+// stays in every generated copy.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { unstable_readConfig } from "wrangler";
+
+import { EVENTS, TEST_SECRETS } from "./support/events.mjs";
+import { eventually, startWorker } from "./support/worker.mjs";
+
+// The sources tests/support/events.mjs can sign for; any other is named
+// and skipped.
+const DECLARED = Object.entries(unstable_readConfig({ config: "wrangler.toml" }).vars.SOURCES);
+const signable = ([, source]) => EVENTS[source.provider] && (EVENTS[source.provider].signs?.(source) ?? true);
+const SOURCES = DECLARED.filter(signable);
+const secretVar = (name, source) => source.secret ?? `${name.toUpperCase().replaceAll("-", "_")}_WEBHOOK_SECRET`;
+const SECRETS = Object.fromEntries(SOURCES.map(([name, source]) => [secretVar(name, source), TEST_SECRETS[source.provider]]));
+const [FIRST, { provider: FIRST_PROVIDER }] = SOURCES[0];
+const TARGETS = {
+  ALERT_URL: "http://alerts.test/hook",
+  NOTIFY_URL: "http://chat.test/hook",
+  OUTBOX_RETRY_BASE_SECS: "1",
+  OUTBOX_LEASE_MS: "1500",
+  OUTBOX_RELAY_GRACE_MS: "0",
+  OUTBOX_MAX_ATTEMPTS: "3",
+  EFFECT_MAX_ATTEMPTS: "3",
+  // Long enough that a retry cannot land before a test looks at the first attempt.
+  EFFECT_RETRY_BASE_MS: "1000",
+};
+
+let w;
+before(async () => {
+  w = await startWorker({ ...SECRETS, ...TARGETS });
+});
+after(() => w.dispose());
+
+/** A fresh signed event of `source`, or one signed with `secret`. */
+const eventOf = (name, secret) => {
+  const [, source] = SOURCES.find(([n]) => n === name);
+  return EVENTS[source.provider](secret ?? TEST_SECRETS[source.provider], name);
+};
+const send = (name, event, headers = {}) =>
+  w.post(`/webhooks/${name}`, event.body, { ...event.headers, ...headers }).then(async (r) => ({ status: r.status, body: await r.json() }));
+const ledgerRows = (source, id) => w.scalar("SELECT count(*) FROM processed_events WHERE source = ? AND event_id = ?", source, id);
+const outboxRows = (id, action) => w.db.prepare("SELECT * FROM outbox WHERE event_id = ? AND action = ?").bind(id, action).all().then((r) => r.results);
+const settled = (id, action, status) =>
+  eventually(async () => {
+    const [row] = await outboxRows(id, action);
+    return row?.status === status && row;
+  }, 20_000, `the ${action} row of ${id} to be ${status}`);
+const calls = (url, id) => w.target.to(url).filter((c) => c.body.includes(id));
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+describe("every source", () => {
+  for (const [name] of DECLARED.filter((source) => !signable(source))) {
+    test.skip(`${name}: tests/support/events.mjs does not sign its events`);
+  }
+  for (const [name, { provider }] of SOURCES) {
+    test(`${name} (${provider}): 30 concurrent copies, one processed, one ledger row`, async () => {
+      const event = eventOf(name);
+      const replies = await Promise.all(Array.from({ length: 30 }, () => send(name, event)));
+      assert.ok(replies.every((r) => r.status === 200), JSON.stringify(replies[0]));
+      assert.equal(replies.filter((r) => r.body.outcome === "processed").length, 1);
+      assert.equal(replies.filter((r) => r.body.outcome === "duplicate").length, 29);
+      assert.equal(await ledgerRows(name, event.id), 1);
+    });
+
+    test(`${name}: a forged signature is a 401 that writes nothing`, async () => {
+      // In the form the provider's secrets take (a whsec_ one decodes).
+      const forged = eventOf(name, TEST_SECRETS[provider].startsWith("whsec_") ? "whsec_Zm9yZ2VkLWtleS1mb3ItdGVzdHM=" : "forged-secret");
+      const reply = await send(name, forged);
+      assert.equal(reply.status, 401);
+      assert.equal(reply.body.error, "bad_signature");
+      assert.equal(await ledgerRows(name, forged.id), 0);
+    });
+  }
+});
+
+describe(`faults, on ${FIRST} (${FIRST_PROVIDER})`, () => {
+  test("a crash between claim and effect: the alarm applies it, once", async () => {
+    const event = eventOf(FIRST);
+    const reply = await send(FIRST, event, { "x-test-fault": "fail-before-effect" });
+    assert.deepEqual(reply.body, { outcome: "accepted", key: `${FIRST}:${event.id}` });
+    assert.equal(await ledgerRows(FIRST, event.id), 0, "the injected fault stops the first attempt");
+    assert.equal((await send(FIRST, event)).body.outcome, "duplicate");
+    const state = await eventually(async () => {
+      const s = await w.inboxState(`${FIRST}:${event.id}`);
+      return s.state === "done" && s;
+    }, 10_000, "the alarm's retry");
+    assert.equal(state.effect_attempts, 2);
+    assert.equal(await ledgerRows(FIRST, event.id), 1);
+  });
+
+  test("a lost reply after the commit: the retry finds the ledger row, no second effect", async () => {
+    const event = eventOf(FIRST);
+    // The fault adds a test side effect: the one effect is its one row and one call.
+    assert.equal((await send(FIRST, event, { "x-test-fault": "fail-after-effect" })).body.outcome, "accepted");
+    await eventually(async () => (await w.inboxState(`${FIRST}:${event.id}`)).state === "done", 10_000, "the alarm's retry");
+    assert.equal(await ledgerRows(FIRST, event.id), 1);
+    await settled(event.id, "notify_chat", "sent");
+    await sleep(1_500); // a second send would land meanwhile
+    assert.equal((await outboxRows(event.id, "notify_chat")).length, 1);
+    assert.equal(calls("http://chat.test/", event.id).length, 1);
+  });
+
+  test("an effect that never succeeds is listed as failed, and the operators are alerted once, through the outbox", async () => {
+    const event = eventOf(FIRST);
+    let failures = 0;
+    w.target.answer = (call) => (call.url.startsWith("http://alerts.test/") && call.body.includes(event.id) && ++failures <= 2 ? 503 : 200);
+    try {
+      assert.equal((await send(FIRST, event, { "x-test-fault": "effect-always-fails" })).body.outcome, "accepted");
+      await eventually(async () => (await w.inboxState(`${FIRST}:${event.id}`)).state === "failed", 10_000, "the event to be marked failed");
+      assert.equal(await w.scalar("SELECT count(*) FROM failed_events WHERE source = ? AND event_id = ?", FIRST, event.id), 1);
+      assert.equal(await ledgerRows(FIRST, event.id), 0);
+      // The alert's target failed twice: retried under one key, then sent.
+      const row = await eventually(async () => {
+        const [alert] = await w.db.prepare("SELECT * FROM outbox WHERE action = 'notify_operator' AND payload LIKE ?").bind(`%${event.id}%`).all().then((r) => r.results);
+        return alert?.status === "sent" && alert;
+      }, 20_000, "the alert to be sent");
+      assert.equal(row.attempts, 3);
+      const alerted = calls("http://alerts.test/", event.id);
+      assert.equal(alerted.length, 3);
+      assert.deepEqual([...new Set(alerted.map((c) => c.idempotencyKey))], [row.idempotency_key]);
+    } finally {
+      w.target.answer = () => 200;
+    }
+  });
+});
+
+describe("without TEST_FAULTS, as deployed", () => {
+  test("the fault header, and the test side effect with it, are ignored", async () => {
+    const deployed = await startWorker({ ...SECRETS, ...TARGETS, TEST_FAULTS: "" });
+    try {
+      const event = eventOf(FIRST);
+      const reply = await deployed.post(`/webhooks/${FIRST}`, event.body, { ...event.headers, "x-test-fault": "with-side-effect" });
+      assert.equal((await reply.json()).outcome, "processed");
+      const rows = await deployed.db.prepare("SELECT count(*) AS n FROM outbox WHERE event_id = ?").bind(event.id).first("n");
+      assert.equal(rows, 0);
+    } finally {
+      await deployed.dispose();
+    }
+  });
+});
+
+describe(`the outbox, on ${FIRST}'s events with a test side effect`, () => {
+  test("30 concurrent copies write one row, performed under one key", async () => {
+    const event = eventOf(FIRST);
+    const replies = await Promise.all(Array.from({ length: 30 }, () => send(FIRST, event, { "x-test-fault": "with-side-effect" })));
+    assert.equal(replies.filter((r) => r.body.outcome === "processed").length, 1);
+    const row = await settled(event.id, "notify_chat", "sent");
+    assert.equal((await outboxRows(event.id, "notify_chat")).length, 1);
+    assert.equal(row.attempts, 1);
+    await sleep(1_500); // a second send would land meanwhile
+    const chat = calls("http://chat.test/", event.id);
+    assert.equal(chat.length, 1);
+    assert.equal(chat[0].idempotencyKey, row.idempotency_key);
+  });
+
+  test("a crash after the call: performed again, with the same key", async () => {
+    const event = eventOf(FIRST);
+    await send(FIRST, event, { "x-test-fault": "crash-after-call" });
+    const row = await settled(event.id, "notify_chat", "sent");
+    assert.equal(row.attempts, 2);
+    await sleep(1_500); // a third send would land meanwhile
+    assert.deepEqual(calls("http://chat.test/", event.id).map((c) => c.idempotencyKey), [row.idempotency_key, row.idempotency_key]);
+  });
+
+  test("a consumer stalled past its lease cannot overwrite the run that took over", async () => {
+    const event = eventOf(FIRST);
+    let tries = 0;
+    w.target.answer = (call) => (call.url.startsWith("http://chat.test/") && call.body.includes(event.id) && ++tries === 1 ? 503 : 200);
+    try {
+      // The first run's call fails, then it stalls for 3 s before writing
+      // "pending". Meanwhile its lease ends and another run takes the row
+      // over and sends it (played here with the consumer's own claim).
+      await send(FIRST, event, { "x-test-fault": "pause-before-complete:3000" });
+      await eventually(() => tries >= 1, 10_000, "the first call");
+      await eventually(async () => {
+        const [row] = await outboxRows(event.id, "notify_chat");
+        return row.status === "sending" && row.lease_until < Date.now();
+      }, 2_500, "the stalled run's lease to end");
+      const lost = w.logged("outbox_claim_lost").length;
+      const takeover = await w.db
+        .prepare("UPDATE outbox SET status = 'sending', attempts = attempts + 1, lease_until = ?2 + 60000 WHERE event_id = ?1 AND status = 'sending' AND lease_until < ?2")
+        .bind(event.id, Date.now())
+        .run();
+      assert.equal(takeover.meta.changes, 1, "the lease had expired");
+      await w.db.prepare("UPDATE outbox SET status = 'sent', lease_until = NULL WHERE event_id = ? AND attempts = 2").bind(event.id).run();
+      await sleep(3_500); // the stalled run wakes, and must lose
+      const [row] = await outboxRows(event.id, "notify_chat");
+      assert.equal(row.status, "sent");
+      assert.equal(row.attempts, 2);
+      assert.equal(row.last_error, null);
+      assert.equal(w.logged("outbox_claim_lost").length, lost + 1);
+    } finally {
+      w.target.answer = () => 200;
+    }
+  });
+
+  test("a queue send lost after the commit: the cron relay sends it, once", async () => {
+    const event = eventOf(FIRST);
+    assert.equal((await send(FIRST, event, { "x-test-fault": "fail-enqueue" })).body.outcome, "processed");
+    await sleep(2_500); // longer than a queue batch: nothing was sent
+    assert.equal((await outboxRows(event.id, "notify_chat"))[0].status, "pending");
+    const worker = await w.mf.getWorker("webhooks");
+    await worker.scheduled({ cron: "* * * * *" });
+    await settled(event.id, "notify_chat", "sent");
+    await worker.scheduled({ cron: "* * * * *" });
+    await sleep(2_500);
+    assert.equal(calls("http://chat.test/", event.id).length, 1);
+  });
+});
