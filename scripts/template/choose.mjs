@@ -140,6 +140,4 @@ for (const [, target] of read("Makefile").matchAll(/^# needs: .*\n(?:##.*\n)*([a
 }
 write("Makefile", makefile);
 copyReadme({ name, providers: chosen, demos, dashboard });
-// The recipes are in the copy's README, as they apply to it.
-rmSync("docs/recipes.md");
 console.log(`chose: ${chosen.join(", ")}; demos ${demos}; dashboard ${dashboard}`);

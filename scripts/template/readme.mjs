@@ -1,6 +1,7 @@
 // The README of a generated copy: about the copy (its name, sources, secrets,
-// the three commands) and the "Make it yours" recipes that apply to it,
-// written from the same steps `make template-check` applies and tests.
+// the three commands) and the "Make it yours" recipes that apply to it, in
+// short, with their steps and code in the copy's docs/recipes.md — written
+// from the same steps `make template-check` applies and tests.
 import { writeFileSync } from "node:fs";
 
 import { RECIPES } from "./recipes.mjs";
@@ -21,7 +22,24 @@ export function recipesText(copy, level = "###") {
     .join("\n");
 }
 
+/** The files a recipe touches, for the README's short form. */
+function filesOf(recipe) {
+  const files = recipe.steps.map((s) => s.write ?? s.insert ?? s.replace ?? s.cut ?? s.delete ?? `migrations/NNNN_${s.migration}.sql`);
+  return [...new Set(files)].map((f) => `\`${f}\``).join(", ");
+}
+
+/** The recipes' page: a copy's, or the template's with all of them. */
+export function recipesPage(copy, intro) {
+  return `# Make it yours: recipes\n\n${intro}\n\n${recipesText(copy, "##")}`;
+}
+
 export function copyReadme({ name, providers, demos, dashboard }) {
+  const copy = { providers, demos, dashboard };
+  const recipes = RECIPES.filter((r) => r.applies(copy)).map((r) => `- ${r.title}:\n  ${filesOf(r)}.`);
+  writeFileSync(
+    "docs/recipes.md",
+    recipesPage(copy, "The recipes of this copy's README, step by step, with their code. Each was applied to a\ncopy like this one and its tests run before the template was released."),
+  );
   const rows = providers.map((p) => {
     const source = SOURCES[p].source.split("\n").at(-1).split(" ")[0];
     return `| \`${source}\` | ${p} | \`POST /webhooks/${source}\` | \`${SOURCES[p].secretVar}\` |`;
@@ -62,7 +80,10 @@ migrations and deploys. It asks for each source's secret.
 
 ## Make it yours
 
-${recipesText({ providers, demos, dashboard })}
+${recipes.join("\n")}
+
+Step by step, with the code: [docs/recipes.md](docs/recipes.md).
+
 ## More
 
 - [docs/](docs/): the guarantees, every reply, configuration, providers,

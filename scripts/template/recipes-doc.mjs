@@ -4,17 +4,14 @@
 // the page is up to date; `--write` rewrites it.
 import { readFileSync, writeFileSync } from "node:fs";
 
-import { recipesText } from "./readme.mjs";
+import { recipesPage } from "./readme.mjs";
 import { SOURCES } from "./sources.mjs";
 
 const PAGE = "docs/recipes.md";
-const text = `# Make it yours: recipes
-
-Each generated copy's README has the recipes that apply to it; these are
-all three. \`make template-check\` applies each to generated copies, as
-written here, and runs their tests.
-
-${recipesText({ providers: Object.keys(SOURCES), demos: true, dashboard: true }, "##")}`;
+const text = recipesPage(
+  { providers: Object.keys(SOURCES), demos: true, dashboard: true },
+  "Each generated copy's README lists the recipes that apply to it; these are\nall three. `make template-check` applies each to generated copies, as\nwritten here, and runs their tests.",
+);
 
 if (process.argv[2] === "--write") {
   writeFileSync(PAGE, text);
