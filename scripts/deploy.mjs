@@ -186,9 +186,7 @@ wanted.set("ADMIN_TOKEN", {
     "make one with `openssl rand -base64 32`, or leave it unset to have one generated",
 });
 if (firstDeploy) {
-  // needs: demos
   wanted.set("EMAIL_API_KEY", { why: "the email API key (optional)", optional: true });
-  // needs: demos
   wanted.set("NOTIFY_URL", { why: "the chat incoming-webhook URL (optional)", optional: true });
   wanted.set("ALERT_URL", { why: "the operators' alerts incoming-webhook URL (optional; unset, alerts are logged)", optional: true });
 }

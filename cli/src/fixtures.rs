@@ -78,7 +78,7 @@ pub fn fixture(provider: &str, id: &str, now: u64) -> Result<Fixture, String> {
             ),
             vec![
                 pair("x-shopify-event-id", e.id),
-                pair("x-shopify-topic", "orders/create"),
+                pair("x-shopify-topic", "customers/create"),
             ],
         ),
         "slack" => (

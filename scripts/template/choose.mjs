@@ -24,7 +24,8 @@ if (!chosen.length || unknown.length || !/^(true|false)$/.test(demosArg) || !/^(
   console.error(`choose: providers is a comma list of ${ALL.join(", ")}${unknown.length ? ` (not: ${unknown.join(", ")})` : ""}; demos and dashboard are true or false`);
   process.exit(2);
 }
-const demos = demosArg === "true";
+// The demo effects are Stripe's and GitHub's: without either, there is none to keep.
+const demos = demosArg === "true" && (chosen.includes("stripe") || chosen.includes("github"));
 const dashboard = dashboardArg === "true";
 const everything = chosen.length === ALL.length && demos && dashboard;
 
@@ -73,6 +74,9 @@ for (const dir of ["tests/property_fuzz", "fuzz"]) {
 }
 if (!everything) {
   for (const path of ["bench", "soak"]) rmSync(path, { recursive: true, force: true });
+  const scripts = JSON.parse(read("package.json"));
+  delete scripts.scripts?.bench;
+  writeFileSync("package.json", `${JSON.stringify(scripts, null, 2)}\n`);
 }
 
 // 2. The provider registry's lines, the CLI's signers, the demo effects.
@@ -124,7 +128,8 @@ if (!everything) {
   let wrangler = read("wrangler.toml");
   const table = chosen.map((p) => SOURCES[p].source).join("\n");
   wrangler = wrangler.replace(/^# Webhook sources:[^]*?\n\n/m, `# Webhook sources: POST /webhooks/{name}. Each names its provider; its secret\n# is the secret {NAME}_WEBHOOK_SECRET (upper-cased, - as _) unless \`secret\`\n# names another variable. docs/providers.md lists each provider's headers.\n[vars.SOURCES]\n${table}\n\n`);
-  wrangler = wrangler.replace(/WORKER_FEATURES=[a-z,-]+/, `WORKER_FEATURES=${firstFeature},admin`);
+  const features = [...keptFeatures, "admin", ...(dashboard ? ["dashboard"] : [])].join(",");
+  wrangler = wrangler.replace(/WORKER_FEATURES=[a-z,-]+/, `WORKER_FEATURES=${features}`);
   write("wrangler.toml", wrangler);
   const secrets = chosen.map((p) => `${SOURCES[p].secretVar}=${SOURCES[p].localSecret}`).join("\n");
   write(".dev.vars.example", read(".dev.vars.example").replace(/^([A-Z_]+_WEBHOOK_SECRET=.*\n)+/m, `${secrets}\n`));

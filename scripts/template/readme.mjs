@@ -2,10 +2,9 @@
 // the three commands) and the "Make it yours" recipes that apply to it, in
 // short, with their steps and code in the copy's docs/recipes.md — written
 // from the same steps `make template-check` applies and tests.
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 
 import { RECIPES } from "./recipes.mjs";
-import { SOURCES } from "./sources.mjs";
 
 /** One step of a recipe, as the README tells it. */
 function stepText(step) {
@@ -33,6 +32,12 @@ export function recipesPage(copy, intro) {
   return `# Make it yours: recipes\n\n${intro}\n\n${recipesText(copy, "##")}`;
 }
 
+/** The sources the copy's wrangler.toml declares: [name, provider]. */
+function declaredSources() {
+  const table = readFileSync("wrangler.toml", "utf8").split("[vars.SOURCES]\n")[1].split("\n\n")[0];
+  return [...table.matchAll(/^([a-z0-9_-]+) = \{ provider = "([a-z-]+)"/gm)].map((m) => [m[1], m[2]]);
+}
+
 export function copyReadme({ name, providers, demos, dashboard }) {
   const copy = { providers, demos, dashboard };
   const recipes = RECIPES.filter((r) => r.applies(copy)).map((r) => `- ${r.title}:\n  ${filesOf(r)}.`);
@@ -40,9 +45,9 @@ export function copyReadme({ name, providers, demos, dashboard }) {
     "docs/recipes.md",
     recipesPage(copy, "The recipes of this copy's README, step by step, with their code. Each was applied to a\ncopy like this one and its tests run before the template was released."),
   );
-  const rows = providers.map((p) => {
-    const source = SOURCES[p].source.split("\n").at(-1).split(" ")[0];
-    return `| \`${source}\` | ${p} | \`POST /webhooks/${source}\` | \`${SOURCES[p].secretVar}\` |`;
+  const rows = declaredSources().map(([source, provider]) => {
+    const secret = `${source.toUpperCase().replaceAll("-", "_")}_WEBHOOK_SECRET`;
+    return `| \`${source}\` | ${provider} | \`POST /webhooks/${source}\` | \`${secret}\` |`;
   });
 
   const text = `# ${name}

@@ -171,6 +171,9 @@ export const RECIPES = [
       { insert: "src/effects/mod.rs", after: /^ {4}\/\/ \(provider, event type, planner\): one line per effect\.$/m, text: '    ("stripe", "invoice.paid", invoices::paid),\n', say: "Its line in `EFFECTS`, in the same file:" },
       { migration: "invoices", text: INVOICES_SQL, say: "Its table, in a new migration `migrations/NNNN_invoices.sql` (`make dev` and `make deploy` apply it):" },
     ],
+    outro:
+      "The email goes to `EMAIL_API_URL` (Resend's API shape) with the secret `EMAIL_API_KEY`,\n" +
+      "from `EMAIL_FROM`. Locally, with neither set, it is logged as skipped (`SIDE_EFFECTS=log`).",
     check: { write: "tests/invoices.test.mjs", text: INVOICES_TEST },
   },
   {

@@ -92,7 +92,7 @@ mod tests {
         let req = request(
             &[
                 ("X-Shopify-Event-Id", "98880550-7158-44d4-b7cd-2c97c8a091b5"),
-                ("X-Shopify-Topic", "orders/create"),
+                ("X-Shopify-Topic", "customers/create"),
             ],
             BODY,
         );
@@ -100,7 +100,7 @@ mod tests {
             Shopify.identify(&req).unwrap().expect_event(),
             EventIdentity {
                 id: "98880550-7158-44d4-b7cd-2c97c8a091b5".into(),
-                kind: "orders/create".into()
+                kind: "customers/create".into()
             }
         );
         assert_eq!(
