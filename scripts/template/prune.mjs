@@ -157,11 +157,16 @@ function needsOf(line) {
   return (missing) => (match[1] ? names.every((n) => missing.has(n)) : names.some((n) => missing.has(n)));
 }
 
+/** How many lines the file's opening comment block runs to. */
+function headerEnd(lines) {
+  const end = lines.findIndex((line) => !/^\s*(\/\/|#|--)/.test(line));
+  return end < 0 ? lines.length : end;
+}
+
 /** Whether a file's opening comment says it needs something left out. */
 export function fileNeedsMissing(text, missing) {
   const lines = text.split("\n");
-  const head = lines.slice(0, lines.findIndex((line) => !/^\s*(\/\/|#|--)/.test(line)));
-  return head.some((line) => needsOf(line)?.(missing));
+  return lines.slice(0, headerEnd(lines)).some((line) => needsOf(line)?.(missing));
 }
 
 /**
@@ -173,7 +178,7 @@ export function pruneNeeds(text, missing) {
   for (let i = 0; i < lines.length; i++) {
     const needs = needsOf(lines[i]);
     if (!needs) continue;
-    if (fileHeader(lines, i)) {
+    if (i < headerEnd(lines)) {
       // The file's own needs, met: it stays, without the marker.
       lines.splice(i--, 1);
       continue;
@@ -211,10 +216,4 @@ function pastComments(lines, i) {
     }
   }
   return i;
-}
-
-/** A `needs:` line in a file's opening comment block (not above an item). */
-function fileHeader(lines, i) {
-  for (let j = 0; j <= i; j++) if (!/^\s*(\/\/|#|--)/.test(lines[j])) return false;
-  return true;
 }
