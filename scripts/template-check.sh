@@ -67,25 +67,9 @@ check() {
         fail "the template's own files are left"
     ! grep -rqsE "^\s*(//|#|--) needs( one of)?: " src tests cli Makefile Cargo.toml || fail "a needs: marker is left"
 
-    # What was not chosen leaves no name behind (svix is built on the
-    # standard-webhooks module; a word inside another, as in "start", is no
-    # name).
-    UNCHOSEN=""
-    for p in $ALL; do
-        case ",$PROVIDERS," in *",$p,"*) ;; *) UNCHOSEN="$UNCHOSEN $p" ;; esac
-    done
-    [ "$DEMOS" = true ] || UNCHOSEN="$UNCHOSEN orders repo_stars stars subscriptions receipt"
-    for word in $UNCHOSEN; do
-        case "$word,$PROVIDERS" in standard-webhooks,*svix*) continue ;; esac
-        # The generic HMAC provider's names, not the algorithm's.
-        case $word in
-            hmac) pattern='"hmac"|generic[-_ ]hmac' ;;
-            *) pattern=$(printf '%s' "$word" | sed 's/-/[-_ ]/g') ;;
-        esac
-        left=$(grep -rniwE "$pattern" src tests wrangler.toml migrations README.md || true)
-        [ -z "$left" ] || fail "'$word' is not chosen, but is left:
-$left"
-    done
+    # What was not chosen leaves no name behind (tests/copies.test.mjs
+    # checks every provider alone this way, without building).
+    node "$ROOT/scripts/template/names.mjs" "$PROVIDERS" "$DEMOS" || fail "names are left"
     [ "$DASHBOARD" = true ] || [ ! -e src/admin/dashboard.rs ] || fail "the dashboard is left"
 
     for recipe in $RECIPES; do

@@ -1,5 +1,5 @@
 // End to end: operators' alerts through the outbox itself (notify_operator)
-// to a fake Slack-style ALERT_URL — one per kind, source and time bucket,
+// to a fake chat-webhook ALERT_URL — one per kind, source and time bucket,
 // never one per event — for events that give up, dead side effects and a
 // burst of refusals; and, with ALERT_URL unset, a log line only.
 // needs: stripe, github, demos
@@ -145,7 +145,7 @@ describe("alerts with ALERT_URL set", () => {
     for (const [name, value, why] of [
       ["ALERT_INTERVAL", "often", /ALERT_INTERVAL must be a duration/],
       ["ALERT_REFUSALS_PER_MINUTE", "0", /ALERT_REFUSALS_PER_MINUTE must be 1 or more/],
-      ["ALERT_URL", "hooks.slack.com/services/T0/B0/secret-token", /ALERT_URL must be an http\(s\) URL/],
+      ["ALERT_URL", "hooks.chat.example/services/T0/B0/secret-token", /ALERT_URL must be an http\(s\) URL/],
     ]) {
       const bad = await startWorker({ ...SETTINGS, [name]: value });
       try {

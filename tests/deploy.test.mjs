@@ -5,7 +5,7 @@
 // No secret is ever printed. `make migrate` stops after the migrations, and
 // with STEPWISE runs one migration a paragraph per request, then records it.
 // needs: stripe, github, demos
-import { after, before, test } from "node:test";
+import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import {
@@ -195,59 +195,63 @@ test("make migrate: the migrations, and nothing else", async () => {
   assert.deepEqual(commands, ["whoami --json", "d1 list --json", "d1 migrations apply DB --remote"]);
 });
 
-const STEPWISE = "0008_without_rowid.sql";
-const BEFORE_IT = "0007_outbox_alerts_index.sql";
-const migration = (name) => readFileSync(join(ROOT, "migrations", name), "utf8");
-const record = (name) => `INSERT INTO d1_migrations (name) VALUES ('${name}');`;
-/** The SQL of each `d1 execute` call, in order. */
-const executed = (calls) =>
-  calls
-    .filter((c) => c.args[1] === "execute")
-    .map((c) => c.args.find((a) => a.startsWith("--command=")).slice("--command=".length));
+// The template's own history: a copy starts from one clean file.
+// needs: everything
+describe("make migrate STEPWISE=, on the template's 0008", () => {
+  const STEPWISE = "0008_without_rowid.sql";
+  const BEFORE_IT = "0007_outbox_alerts_index.sql";
+  const migration = (name) => readFileSync(join(ROOT, "migrations", name), "utf8");
+  const record = (name) => `INSERT INTO d1_migrations (name) VALUES ('${name}');`;
+  /** The SQL of each `d1 execute` call, in order. */
+  const executed = (calls) =>
+    calls
+      .filter((c) => c.args[1] === "execute")
+      .map((c) => c.args.find((a) => a.startsWith("--command=")).slice("--command=".length));
 
-test("make migrate STEPWISE= runs it a table per request, then records it, and wrangler skips it", async () => {
-  edit((state) => {
-    state.migrated = state.migrated.filter((name) => name < BEFORE_IT);
+  test("make migrate STEPWISE= runs it a table per request, then records it, and wrangler skips it", async () => {
+    edit((state) => {
+      state.migrated = state.migrated.filter((name) => name < BEFORE_IT);
+    });
+    const { out, calls, commands } = await deploy({}, ["--migrations-only", "--stepwise", `migrations/${STEPWISE}`]);
+    assert.deepEqual(
+      [commands[0], commands[1], commands.at(-1)],
+      ["whoami --json", "d1 list --json", "d1 migrations apply DB --remote"],
+    );
+    const [read, earlier, ...rest] = executed(calls);
+    assert.match(read, /SELECT name FROM d1_migrations;$/);
+    // A migration pending before it goes whole with its record, as wrangler sends it.
+    assert.equal(earlier, `${migration(BEFORE_IT)}\n${record(BEFORE_IT)}`);
+    // Then each table's copy, drop and rename in one request, every statement
+    // once and in order; the record last, alone.
+    const parts = rest.slice(0, -1);
+    assert.deepEqual(
+      parts.map((p) => p.match(/DROP TABLE \w+/g)),
+      [["DROP TABLE processed_events"], ["DROP TABLE orders"], ["DROP TABLE outbox"]],
+    );
+    assert.deepEqual(unstable_splitSqlQuery(parts.join("\n\n")), unstable_splitSqlQuery(migration(STEPWISE)));
+    assert.equal(rest.at(-1), record(STEPWISE));
+    // Recorded in order (and any later migration after them).
+    const migrated = account().migrated;
+    assert.deepEqual(migrated.slice(migrated.indexOf(BEFORE_IT), migrated.indexOf(BEFORE_IT) + 2), [BEFORE_IT, STEPWISE]);
+    // Then wrangler skips it (and applies any later one).
+    assert.doesNotMatch(out, new RegExp(`Applied .*${STEPWISE}`), "wrangler skips it");
+    assert.equal(migrated.filter((name) => name === STEPWISE).length, 1);
   });
-  const { out, calls, commands } = await deploy({}, ["--migrations-only", "--stepwise", `migrations/${STEPWISE}`]);
-  assert.deepEqual(
-    [commands[0], commands[1], commands.at(-1)],
-    ["whoami --json", "d1 list --json", "d1 migrations apply DB --remote"],
-  );
-  const [read, earlier, ...rest] = executed(calls);
-  assert.match(read, /SELECT name FROM d1_migrations;$/);
-  // A migration pending before it goes whole with its record, as wrangler sends it.
-  assert.equal(earlier, `${migration(BEFORE_IT)}\n${record(BEFORE_IT)}`);
-  // Then each table's copy, drop and rename in one request, every statement
-  // once and in order; the record last, alone.
-  const parts = rest.slice(0, -1);
-  assert.deepEqual(
-    parts.map((p) => p.match(/DROP TABLE \w+/g)),
-    [["DROP TABLE processed_events"], ["DROP TABLE orders"], ["DROP TABLE outbox"]],
-  );
-  assert.deepEqual(unstable_splitSqlQuery(parts.join("\n\n")), unstable_splitSqlQuery(migration(STEPWISE)));
-  assert.equal(rest.at(-1), record(STEPWISE));
-  // Recorded in order (and any later migration after them).
-  const migrated = account().migrated;
-  assert.deepEqual(migrated.slice(migrated.indexOf(BEFORE_IT), migrated.indexOf(BEFORE_IT) + 2), [BEFORE_IT, STEPWISE]);
-  // Then wrangler skips it (and applies any later one).
-  assert.doesNotMatch(out, new RegExp(`Applied .*${STEPWISE}`), "wrangler skips it");
-  assert.equal(migrated.filter((name) => name === STEPWISE).length, 1);
-});
 
-test("a failing request stops STEPWISE before the record; run again, it completes", async () => {
-  edit((state) => {
-    state.migrated = state.migrated.filter((name) => name !== STEPWISE);
+  test("a failing request stops STEPWISE before the record; run again, it completes", async () => {
+    edit((state) => {
+      state.migrated = state.migrated.filter((name) => name !== STEPWISE);
+    });
+    const flags = ["--migrations-only", "--stepwise", STEPWISE];
+    const failed = await run({ FAKE_FAIL_SQL: "DROP TABLE orders" }, flags);
+    assert.notEqual(failed.code, 0);
+    assert.match(failed.err, /0008_without_rowid.sql: paragraph 2 failed, and it is not recorded; once fixed, run this again/);
+    const sql = executed(failed.calls);
+    assert.equal(sql.length, 3, "the read, the ledger's paragraph, the orders' that failed");
+    assert.ok(!sql.includes(record(STEPWISE)) && !failed.commands.includes("d1 migrations apply DB --remote"));
+    assert.ok(!account().migrated.includes(STEPWISE));
+    const again = await deploy({}, flags);
+    assert.equal(executed(again.calls).at(-1), record(STEPWISE));
+    assert.ok(account().migrated.includes(STEPWISE));
   });
-  const flags = ["--migrations-only", "--stepwise", STEPWISE];
-  const failed = await run({ FAKE_FAIL_SQL: "DROP TABLE orders" }, flags);
-  assert.notEqual(failed.code, 0);
-  assert.match(failed.err, /0008_without_rowid.sql: paragraph 2 failed, and it is not recorded; once fixed, run this again/);
-  const sql = executed(failed.calls);
-  assert.equal(sql.length, 3, "the read, the ledger's paragraph, the orders' that failed");
-  assert.ok(!sql.includes(record(STEPWISE)) && !failed.commands.includes("d1 migrations apply DB --remote"));
-  assert.ok(!account().migrated.includes(STEPWISE));
-  const again = await deploy({}, flags);
-  assert.equal(executed(again.calls).at(-1), record(STEPWISE));
-  assert.ok(account().migrated.includes(STEPWISE));
 });

@@ -4,7 +4,7 @@
 // and stopped after any of them, must end as an uninterrupted run does once
 // applied again. Real local D1 (Miniflare), the migrations as `wrangler d1
 // migrations apply` runs them locally, in order: each file one batch.
-// needs: stripe, github, demos
+// needs: everything
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
@@ -17,10 +17,10 @@ const statementsOf = (file) => unstable_splitSqlQuery(readFileSync(`migrations/$
 // Every file that drops a table, this one and any later rebuild.
 const REBUILDS = MIGRATIONS.filter((file) => statementsOf(file).some((s) => /^DROP\s+TABLE\b/i.test(s)));
 
-// A fresh database per run: the first two tests', the squash's two, then per rebuild an
+// A fresh database per run: the first two tests', the clean history's three, then per rebuild an
 // uninterrupted run, one per statement it can stop after, one with a write
 // in between, and one failing.
-const DATABASES = 4 + REBUILDS.reduce((n, file) => n + statementsOf(file).length + 3, 0);
+const DATABASES = 5 + REBUILDS.reduce((n, file) => n + statementsOf(file).length + 3, 0);
 // The worker runs each batch on the database it names, one call per batch:
 // through Miniflare's D1 proxy each prepare() is a call too (3x as slow).
 const SCRIPT = `export default {
@@ -247,28 +247,33 @@ for (const file of REBUILDS) {
 }
 
 // needs: template
-describe("the migrations of a copy without the demos", () => {
-  const SQUASH = "scripts/template/migrations-without-demos";
+describe("the clean history a generated copy starts from", () => {
+  const CLEAN = "scripts/template/migrations";
   const DEMO_TABLES = ["orders", "repo_stars", "subscriptions"];
-  /** Each table's and index's shape, and whether it keeps a rowid. */
-  async function shape(db) {
+  /** Each table's and index's shape (less `skip`'s), and whether it keeps a rowid. */
+  async function shape(db, skip = []) {
     const objects = await rows(db, "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT GLOB '_cf_*' AND name NOT GLOB 'sqlite_*' ORDER BY name");
     const out = {};
-    for (const o of objects.filter((o) => !DEMO_TABLES.includes(o.tbl_name))) {
+    for (const o of objects.filter((o) => !skip.includes(o.tbl_name))) {
       const [info] = await batch(db, [o.type === "table" ? `PRAGMA table_xinfo(${o.name})` : `PRAGMA index_xinfo(${o.name})`]);
       const partial = o.sql?.match(/WHERE .*$/s)?.[0].replace(/\s+/g, " ");
       out[`${o.type} ${o.name}`] = { info, withoutRowid: /WITHOUT ROWID/i.test(o.sql ?? ""), partial };
     }
     return out;
   }
+  /** A database with the clean files whose names `keep` says yes to applied, in order. */
+  async function clean(keep) {
+    const db = fresh();
+    for (const file of readdirSync(CLEAN).sort().filter(keep)) await batch(db, unstable_splitSqlQuery(readFileSync(`${CLEAN}/${file}`, "utf8")));
+    return db;
+  }
 
-  test("start with the schema the whole history ends with, less the demo tables", async () => {
+  test("it ends where the whole history ends, with the demos and without them", async () => {
     const history = fresh();
     for (const file of MIGRATIONS) await apply(history, file);
-    const squash = fresh();
-    for (const file of readdirSync(SQUASH).sort()) await batch(squash, unstable_splitSqlQuery(readFileSync(`${SQUASH}/${file}`, "utf8")));
     const want = await shape(history);
-    assert.equal(Object.keys(want).length, 8, JSON.stringify(Object.keys(want)));
-    assert.deepEqual(await shape(squash), want);
+    assert.equal(Object.keys(want).length, 12, JSON.stringify(Object.keys(want)));
+    assert.deepEqual(await shape(await clean(() => true)), want);
+    assert.deepEqual(await shape(await clean((file) => !file.includes("demos")), DEMO_TABLES), await shape(history, DEMO_TABLES));
   });
 });

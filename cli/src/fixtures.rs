@@ -33,6 +33,17 @@ pub struct Fresh<'a> {
     pub now: u64,
 }
 
+// needs one of: standard-webhooks, svix
+/// The Standard Webhooks headers' prefix: `webhook-`, or the name of a
+/// provider that sends the scheme under its own (`{name}-id`, …).
+pub fn header_prefix(provider: &str) -> &str {
+    if provider == "standard-webhooks" {
+        "webhook"
+    } else {
+        provider
+    }
+}
+
 /// A fixture event of `provider` with the id `id`, made at `now`.
 pub fn fixture(provider: &str, id: &str, now: u64) -> Result<Fixture, String> {
     let e = Fresh { id, now };
@@ -58,11 +69,7 @@ pub fn fixture(provider: &str, id: &str, now: u64) -> Result<Fixture, String> {
             ],
         ),
         "standard-webhooks" | "svix" => {
-            let prefix = if provider == "svix" {
-                "svix"
-            } else {
-                "webhook"
-            };
+            let prefix = header_prefix(provider);
             (
                 r#"{"type":"selftest.ping","data":{}}"#.into(),
                 vec![

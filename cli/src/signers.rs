@@ -9,6 +9,8 @@ use sha1::Sha1;
 use sha2::Sha256;
 
 pub use crate::fixtures::{fixture, Fixture, PROVIDERS};
+// needs one of: standard-webhooks, svix
+use crate::fixtures::header_prefix;
 
 /// Standard base64, as several providers send signatures and keys.
 pub fn base64_encode(bytes: impl AsRef<[u8]>) -> String {
@@ -96,11 +98,7 @@ pub fn sign(
             ),
         ),
         "standard-webhooks" | "svix" => {
-            let prefix = if provider == "svix" {
-                "svix"
-            } else {
-                "webhook"
-            };
+            let prefix = header_prefix(provider);
             let raw = BASE64
                 .decode(s.secret.strip_prefix("whsec_").unwrap_or(s.secret))
                 .map_err(|_| "a Standard Webhooks secret is whsec_<base64>".to_string())?;

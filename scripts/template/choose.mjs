@@ -5,7 +5,8 @@
 //   signer, source, local secret and tests go (a Rust item under its
 //   `#[cfg(feature)]`, a test item under its `// needs:` line).
 // - `demos=false`: the demo effects, their tables, and every test that
-//   names them go; the migrations start clean (migrations-without-demos/).
+//   names them go.
+// - Any copy but all defaults starts its migrations clean (template/migrations/).
 // - `dashboard=false`: the dashboard's modules, feature and tests go.
 //
 // All three at their defaults leave the copy as the template is.
@@ -104,11 +105,13 @@ if (gone.length) {
   const effects = "src/effects/mod.rs";
   write(effects, cutItems(read(effects), new RegExp(`^(mod (${gone.join("|")});|\\s+\\("[a-z]+", "[a-z_.]+", (${gone.join("|")})::)`)));
 }
-if (!demos) {
+// A copy starts its history clean: the schema the template's migrations end
+// with, and the kept demos' tables, numbered from 0001.
+if (!everything) {
   for (const file of readdirSync("migrations")) rmSync(join("migrations", file));
-  for (const file of readdirSync("scripts/template/migrations-without-demos")) {
-    writeFileSync(join("migrations", file), read(join("scripts/template/migrations-without-demos", file)));
-  }
+  const clean = readdirSync("scripts/template/migrations").sort();
+  const kept = clean.map((file) => [file, read(join("scripts/template/migrations", file))]).filter(([, sql]) => !fileNeedsMissing(sql, missing));
+  kept.forEach(([file, sql], i) => write(join("migrations", `${String(i + 1).padStart(4, "0")}_${file.slice(5)}`), pruneNeeds(sql, missing)));
 }
 
 // 3. Cargo.toml: the features, their optional dependencies, the defaults.

@@ -19,7 +19,7 @@ export const SIGNATURES = {
   // needs: github
   github: (secret, body) => `sha256=${hmac("sha256", secret, body, "hex")}`,
   // needs one of: standard-webhooks, svix
-  /** Standard Webhooks and Svix: `key` is the secret's decoded bytes. */
+  /** Standard Webhooks, under any header names: `key` is the secret's decoded bytes. */
   standardWebhooks: (key, id, ts, body) => `v1,${hmac("sha256", key, `${id}.${ts}.${body}`, "base64")}`,
   // needs: shopify
   shopify: (secret, body) => hmac("sha256", secret, body, "base64"),

@@ -1,6 +1,6 @@
--- The schema a copy without the demo effects starts from: the ledger, the
--- outbox, and what operators see. Add your effect's tables in a new file,
--- 0002_<what>.sql (`wrangler d1 migrations create DB <what>`).
+-- The schema a copy starts from: the ledger, the outbox, and what operators
+-- see (the demo effects' tables, if kept, follow). Add your effect's tables
+-- in a new file after the last (`wrangler d1 migrations create DB <what>`).
 
 -- The ledger: one row per event whose effect has committed. Its primary key
 -- is what makes an effect happen once: every effect batch inserts here first,

@@ -1,0 +1,64 @@
+// What `cargo generate` leaves for each provider chosen alone, with and
+// without the demos (and two of them together): no unchosen provider's or
+// demo's name in src/, tests/, cli/, wrangler.toml, migrations/ or the
+// README, no `needs:` marker, and a clean migration history. The copies are
+// made as hook.rhai makes them, without cargo-generate; `make
+// template-check` builds and tests three of them whole.
+// needs: template
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+
+import { leftNames } from "../scripts/template/names.mjs";
+import { SOURCES } from "../scripts/template/sources.mjs";
+
+const FILES = execFileSync("git", ["ls-files", "-z", "--cached", "--others", "--exclude-standard"], { encoding: "utf8" })
+  .split("\0")
+  .filter((file) => file && !file.startsWith("node_modules/"));
+
+/** A copy generated with these answers, in a fresh directory. */
+function generate(providers, demos) {
+  const dir = mkdtempSync(join(tmpdir(), "copy-"));
+  // Deleted files not yet committed are listed, and skipped.
+  for (const file of FILES.filter((file) => existsSync(file))) {
+    mkdirSync(dirname(join(dir, file)), { recursive: true });
+    copyFileSync(file, join(dir, file));
+  }
+  const node = (script, ...args) => execFileSync("node", [`scripts/template/${script}`, ...args], { cwd: dir, stdio: "pipe" });
+  node("rename.mjs", "acme-hooks", "2026-01-01");
+  node("choose.mjs", providers, String(demos), "false", "acme-hooks");
+  return dir;
+}
+
+const NEEDS = /^\s*(\/\/|#|--) needs( one of)?: /m;
+const markersLeft = (dir, path) =>
+  readdirSync(join(dir, path), { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile() && NEEDS.test(readFileSync(join(entry.parentPath, entry.name), "utf8")))
+    .map((entry) => join(entry.parentPath, entry.name).slice(dir.length + 1));
+
+const COMBINATIONS = [
+  ...Object.keys(SOURCES).flatMap((provider) => [[provider, true], [provider, false]]),
+  ["stripe,github", true],
+  ["standard-webhooks,hmac", false],
+];
+
+for (const [providers, demos] of COMBINATIONS) {
+  test(`providers=${providers} demos=${demos}: nothing unchosen is left`, () => {
+    const dir = generate(providers, demos);
+    try {
+      assert.deepEqual(leftNames(dir, providers.split(","), demos).map(([, where]) => where), []);
+      assert.deepEqual(["src", "tests", "cli", "migrations"].flatMap((path) => markersLeft(dir, path)), []);
+      const migrations = readdirSync(join(dir, "migrations")).sort();
+      assert.equal(migrations[0], "0001_init.sql");
+      assert.deepEqual(migrations.map((file) => file.slice(0, 4)), migrations.map((_, i) => String(i + 1).padStart(4, "0")));
+      const kept = (name) => migrations.some((file) => file.includes(name));
+      assert.equal(kept("stripe_demos"), demos && providers.includes("stripe"));
+      assert.equal(kept("github_demos"), demos && providers.includes("github"));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+}
