@@ -20,13 +20,14 @@ dev: setup
 ## Every check: format, lints, host unit tests, wrangler's deploy
 ## validation, then the built worker end to end in workerd (Miniflare) with
 ## real D1, Durable Objects and Queues.
-test: setup-test lint unit build-minimal build config-check e2e
+test: setup setup-test lint unit build-minimal build config-check e2e
 
-## What running needs (make dev); setup-test adds the browser for the
-## dashboard test.
+## What running needs (make dev).
 setup:
 	sh scripts/setup.sh
 
+# needs: dashboard
+## The browser the dashboard test drives.
 setup-test:
 	sh scripts/setup.sh --with-browser
 

@@ -3,9 +3,8 @@
 # whatever is already there: the pinned Rust toolchain and its wasm target,
 # worker-build, wasm-bindgen-cli (at the exact version Cargo.lock pins), the
 # npm packages (wrangler, miniflare, binaryen's wasm-opt, esbuild,
-# playwright-core, yaml), and with --with-browser (`make test`, not
-# `make dev`) Debian's Chromium. Everything comes from crates.io, Debian and
-# npm; nothing is downloaded from anywhere else.
+# playwright-core, yaml). Everything comes from crates.io, Debian and npm;
+# nothing is downloaded from anywhere else.
 set -eu
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -47,8 +46,9 @@ if ! wasm-bindgen --version 2>/dev/null | grep -qx "wasm-bindgen $WASM_BINDGEN_V
     cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi
 
-# The dashboard test (`make test`, not `make dev`) drives Debian's Chromium,
-# or the browser CHROMIUM names; no browser is downloaded.
+# needs: dashboard
+# With --with-browser (`make test`, not `make dev`): Debian's Chromium, which
+# the dashboard test drives, unless CHROMIUM names another browser.
 if [ "${1:-}" = --with-browser ] && [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
     SUDO=""
     [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -1,29 +1,41 @@
 // End to end: operators' alerts through the outbox itself (notify_operator)
 // to a fake chat-webhook ALERT_URL — one per kind, source and time bucket,
 // never one per event — for events that give up, dead side effects and a
-// burst of refusals; and, with ALERT_URL unset, a log line only.
-// needs: stripe, github, demos
+// burst of refusals; and, with ALERT_URL unset, a log line only. On the
+// sources wrangler.toml declares: the first, and a second where there is one.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 
-import { SECRETS, eventually, startWorker } from "./support/worker.mjs";
-import { checkoutCompleted, githubHeaders, starEvent, stripeHeaders, uniqueId } from "./support/sign.mjs";
+import { FIRST, SOURCES, SOURCE_SECRETS, eventOf, forgedOf, send } from "./support/sources.mjs";
+import { eventually, startWorker } from "./support/worker.mjs";
+
+const SECOND = SOURCES[1]?.[0];
 
 // A bucket of a day: tests that run across midnight UTC may see two.
 const INTERVAL_MS = 24 * 60 * 60 * 1000;
 const SETTINGS = {
+  ...SOURCE_SECRETS,
   ALERT_URL: "http://alert.test/hook",
   ALERT_INTERVAL: "1d",
   ALERT_REFUSALS_PER_MINUTE: "5",
   STATS_FLUSH_MS: "0",
   EFFECT_MAX_ATTEMPTS: "1",
-  EMAIL_API_URL: "http://email.test",
+  NOTIFY_URL: "http://chat.test/hook",
   OUTBOX_RETRY_BASE_SECS: "1",
   OUTBOX_MAX_ATTEMPTS: "2",
 };
 
 const bucketsSince = (started) => Math.floor(Date.now() / INTERVAL_MS) - Math.floor(started / INTERVAL_MS) + 1;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const FAILS = { "x-test-fault": "effect-always-fails" };
+/** The test side effect: one chat message per event. */
+const WITH_SIDE_EFFECT = { "x-test-fault": "with-side-effect" };
+const alertRowsOf = (w, source, text) =>
+  w.db
+    .prepare("SELECT * FROM outbox WHERE action = 'notify_operator' AND source = ? AND payload LIKE ?")
+    .bind(source, `%${text}%`)
+    .all()
+    .then((r) => r.results);
 
 describe("alerts with ALERT_URL set", () => {
   let w;
@@ -33,26 +45,19 @@ describe("alerts with ALERT_URL set", () => {
   });
   after(() => w.dispose());
 
-  const sendStripe = (body, headers = {}, secret = "whsec_test_current") =>
-    w.post("/webhooks/stripe", body, { ...stripeHeaders(body, secret), ...headers }).then((r) => r.json());
-  const alertRows = (source, text) =>
-    w.db
-      .prepare("SELECT * FROM outbox WHERE action = 'notify_operator' AND source = ? AND payload LIKE ?")
-      .bind(source, `%${text}%`)
-      .all()
-      .then((r) => r.results);
+  const sendFirst = (event, headers) => send(w, FIRST, event, headers).then((r) => r.body);
+  const alertRows = (source, text) => alertRowsOf(w, source, text);
   const alertCalls = (text) => w.target.to("http://alert.test/hook").filter((c) => JSON.parse(c.body).text.includes(text));
 
   test("ten events that give up: one alert, sent once under its key, naming the first", async () => {
-    const ids = Array.from({ length: 10 }, () => uniqueId("evt"));
-    const replies = await Promise.all(
-      ids.map((id) => sendStripe(checkoutCompleted({ id }), { "x-test-fault": "effect-always-fails" })),
-    );
+    const events = Array.from({ length: 10 }, () => eventOf(FIRST));
+    const ids = events.map((event) => event.id);
+    const replies = await Promise.all(events.map((event) => sendFirst(event, FAILS)));
     assert.deepEqual([...new Set(replies.map((r) => r.outcome))], ["failed"]);
-    assert.equal(await w.scalar("SELECT count(*) FROM failed_events WHERE source = 'stripe'"), 10);
+    assert.equal(await w.scalar("SELECT count(*) FROM failed_events WHERE source = ?", FIRST), 10);
 
     const rows = await eventually(async () => {
-      const rows = await alertRows("stripe", "gave up");
+      const rows = await alertRows(FIRST, "gave up");
       return rows.length > 0 && rows.every((r) => r.status === "sent") && rows;
     }, 20_000, "the alert to be sent");
     assert.ok(rows.length <= bucketsSince(started), `one alert per bucket, not ${rows.length}`);
@@ -61,82 +66,61 @@ describe("alerts with ALERT_URL set", () => {
     const calls = alertCalls("gave up");
     assert.equal(calls.length, rows.length, "one call per alert");
     assert.equal(calls[0].idempotencyKey, row.idempotency_key);
-    assert.match(JSON.parse(calls[0].body).text, /^stripe: event evt_\w+ \(checkout\.session\.completed\) gave up: injected fault: before effect\. Replay or dismiss it/);
+    const [failed] = await w.db.prepare("SELECT * FROM failed_events WHERE source = ? AND event_id = ?").bind(FIRST, row.event_id).all().then((r) => r.results);
+    assert.equal(JSON.parse(calls[0].body).text.split(". Replay or dismiss it")[0], `${FIRST}: event ${row.event_id} (${failed.type}) gave up: injected fault: before effect`);
 
     // The trend counted each once, when listed.
-    const failedInTrend = () => w.scalar("SELECT sum(value) FROM delivery_trend WHERE source = 'stripe' AND outcome = 'failed'");
+    const failedInTrend = () => w.scalar("SELECT sum(value) FROM delivery_trend WHERE source = ? AND outcome = 'failed'", FIRST);
     assert.equal(await failedInTrend(), 10);
     // A failed event's copy that fails again is still one failure: with the
     // bucket's alert gone, none is written again, nor counted.
-    await w.db.prepare("DELETE FROM outbox WHERE action = 'notify_operator' AND source = 'stripe'").run();
-    const again = await sendStripe(checkoutCompleted({ id: ids[0] }), { "x-test-fault": "effect-always-fails" });
+    await w.db.prepare("DELETE FROM outbox WHERE action = 'notify_operator' AND source = ?").bind(FIRST).run();
+    const again = await sendFirst(events[0], FAILS);
     assert.equal(again.outcome, "failed");
     await sleep(1_500);
-    assert.equal((await alertRows("stripe", "gave up")).length, 0);
+    assert.equal((await alertRows(FIRST, "gave up")).length, 0);
     assert.equal(await failedInTrend(), 10);
   });
 
-  test("a side effect that dies: one alert; an alert that dies is not alerted", async () => {
-    w.target.answer = (call) => (call.url.startsWith("http://email.test/") ? 503 : 200);
-    const ids = [uniqueId("evt"), uniqueId("evt")];
-    for (const id of ids) await sendStripe(checkoutCompleted({ id }));
+  test("a side effect that dies: one alert", async () => {
+    w.target.answer = (call) => (call.url.startsWith("http://chat.test/") ? 503 : 200);
+    const events = [eventOf(FIRST), eventOf(FIRST)];
+    for (const event of events) await sendFirst(event, WITH_SIDE_EFFECT);
     await eventually(
-      async () => (await w.scalar("SELECT count(*) FROM outbox WHERE event_id IN (?, ?) AND status = 'dead'", ...ids)) === 2,
+      async () => (await w.scalar("SELECT count(*) FROM outbox WHERE event_id IN (?, ?) AND status = 'dead'", ...events.map((e) => e.id))) === 2,
       20_000,
-      "two dead receipts",
+      "two dead side effects",
     );
     const rows = await eventually(async () => {
-      const rows = await alertRows("stripe", "is dead after 2 attempts");
+      const rows = await alertRows(FIRST, "is dead after 2 attempts");
       return rows.length > 0 && rows.every((r) => r.status === "sent") && rows;
     }, 20_000, "the dead alert to be sent");
     assert.ok(rows.length <= bucketsSince(started));
-    assert.match(JSON.parse(rows[0].payload).text, /^stripe: side effect send_email of event evt_\w+ is dead after 2 attempts: target answered 503\. Requeue it/);
-
-    // The alert target is down too: GitHub's first failure alert dies, and
-    // no alert about it follows.
-    w.target.answer = (call) => (call.url.startsWith("http://alert.test/") ? 500 : 200);
-    const delivery = uniqueId("delivery");
-    const body = starEvent({ repo: "octo/down" });
-    await w.post("/webhooks/github", body, {
-      ...githubHeaders(body, SECRETS.GITHUB_WEBHOOK_SECRET, { delivery, event: "star" }),
-      "x-test-fault": "effect-always-fails",
-    });
-    await eventually(
-      async () => (await alertRows("github", "gave up")).some((r) => r.status === "dead"),
-      20_000,
-      "github's alert to die",
-    );
-    await sleep(1_500);
-    assert.equal((await alertRows("github", "is dead")).length, 0, "no alert about an alert");
-    assert.ok(!w.logs.some((line) => line.includes("alert.test")), "ALERT_URL is a secret: never logged");
+    const text = JSON.parse(rows[0].payload).text;
+    assert.ok(events.some((e) => text.startsWith(`${FIRST}: side effect notify_chat of event ${e.id} is dead after 2 attempts: target answered 503. Requeue it`)), text);
     w.target.answer = () => 200;
   });
 
   test("a burst of refusals past ALERT_REFUSALS_PER_MINUTE: one alert for that source only", async () => {
-    const body = checkoutCompleted({ id: uniqueId("evt") });
     // A secret rotated at the sender: every delivery is refused.
-    const refused = await Promise.all(Array.from({ length: 12 }, () => sendStripe(body, {}, "whsec_rotated_at_stripe")));
+    const refused = await Promise.all(Array.from({ length: 12 }, () => sendFirst(forgedOf(FIRST))));
     assert.deepEqual([...new Set(refused.map((r) => r.error))], ["bad_signature"]);
-    // Below the threshold for GitHub.
-    for (let i = 0; i < 3; i++) {
-      const star = starEvent({ repo: "octo/cat" });
-      await w
-        .post("/webhooks/github", star, githubHeaders(star, "gh_wrong_secret", { delivery: uniqueId("d"), event: "star" }))
-        .then((r) => r.arrayBuffer());
-    }
+    // Below the threshold for another source.
+    if (SECOND) for (let i = 0; i < 3; i++) await send(w, SECOND, forgedOf(SECOND));
     const rows = await eventually(async () => {
-      const rows = await alertRows("stripe", "deliveries refused");
+      const rows = await alertRows(FIRST, "deliveries refused");
       return rows.length > 0 && rows.every((r) => r.status === "sent") && rows;
     }, 20_000, "the refusal alert to be sent");
     // 12 refusals may straddle a minute; each minute's alert shares the bucket's key.
     assert.ok(rows.length <= bucketsSince(started));
-    assert.match(JSON.parse(rows[0].payload).text, /^stripe: 5 or more deliveries refused in the minute from \d{4}-\d\d-\d\d \d\d:\d\d UTC/);
+    assert.match(JSON.parse(rows[0].payload).text, new RegExp(`^${FIRST}: 5 or more deliveries refused`));
+    assert.match(JSON.parse(rows[0].payload).text, / 5 or more deliveries refused in the minute from \d{4}-\d\d-\d\d \d\d:\d\d UTC/);
     assert.equal(rows[0].event_id, "(refusals)");
     assert.equal(alertCalls("deliveries refused").length, rows.length);
     // Requests to a source that does not exist (a scanner) are charted, never alerted.
     for (let i = 0; i < 8; i++) await w.post("/webhooks/no-such-source", "{}").then((r) => r.arrayBuffer());
     await sleep(1_000);
-    assert.equal((await alertRows("github", "deliveries refused")).length, 0);
+    if (SECOND) assert.equal((await alertRows(SECOND, "deliveries refused")).length, 0);
     assert.equal((await alertRows("(unknown)", "deliveries refused")).length, 0);
     assert.ok((await w.scalar("SELECT sum(value) FROM delivery_trend WHERE source = '(unknown)' AND outcome = 'refused'")) >= 8);
   });
@@ -149,8 +133,8 @@ describe("alerts with ALERT_URL set", () => {
     ]) {
       const bad = await startWorker({ ...SETTINGS, [name]: value });
       try {
-        const body = checkoutCompleted({ id: uniqueId("evt") });
-        const res = await bad.post("/webhooks/stripe", body, stripeHeaders(body, "whsec_test_current"));
+        const event = eventOf(FIRST);
+        const res = await bad.post(`/webhooks/${FIRST}`, event.body, event.headers);
         assert.equal(res.status, 500, name);
         assert.deepEqual(await res.json(), { error: "misconfigured" });
         assert.match(bad.logged("delivery")[0].detail, why);
@@ -162,13 +146,28 @@ describe("alerts with ALERT_URL set", () => {
   });
 });
 
+describe("an alert whose target is down", () => {
+  test("dies after its attempts, and is not alerted; ALERT_URL is never logged", async () => {
+    const w = await startWorker(SETTINGS);
+    try {
+      w.target.answer = (call) => (call.url.startsWith("http://alert.test/") ? 500 : 200);
+      await send(w, FIRST, eventOf(FIRST), FAILS);
+      await eventually(async () => (await alertRowsOf(w, FIRST, "gave up")).some((r) => r.status === "dead"), 20_000, "the alert to die");
+      await sleep(1_500);
+      assert.equal((await alertRowsOf(w, FIRST, "is dead")).length, 0, "no alert about an alert");
+      assert.ok(!w.logs.some((line) => line.includes("alert.test")), "ALERT_URL is a secret: never logged");
+    } finally {
+      await w.dispose();
+    }
+  });
+});
+
 describe("alerts with ALERT_URL unset", () => {
   test("an alert is a warn line, and its row is marked sent as logged only", async () => {
     const w = await startWorker({ ...SETTINGS, ALERT_URL: "" });
     try {
-      const id = uniqueId("evt");
-      const body = checkoutCompleted({ id });
-      await w.post("/webhooks/stripe", body, { ...stripeHeaders(body, "whsec_test_current"), "x-test-fault": "effect-always-fails" });
+      const event = eventOf(FIRST);
+      await send(w, FIRST, event, FAILS);
       const row = await eventually(
         () => w.db.prepare("SELECT * FROM outbox WHERE action = 'notify_operator' AND status = 'sent'").first(),
         20_000,
@@ -177,7 +176,7 @@ describe("alerts with ALERT_URL unset", () => {
       assert.equal(row.note, "skipped: ALERT_URL is not set: logged only");
       const [line] = w.logged("operator_alert");
       assert.equal(line.idempotency_key, row.idempotency_key);
-      assert.match(line.detail, new RegExp(`^stripe: event ${id} \\(checkout\\.session\\.completed\\) gave up`));
+      assert.ok(line.detail.startsWith(`${FIRST}: event ${event.id} (`) && line.detail.includes(") gave up"), line.detail);
       assert.equal(w.target.to("http://alert.test/").length, 0);
     } finally {
       await w.dispose();

@@ -7,19 +7,9 @@
 // stays in every generated copy.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { unstable_readConfig } from "wrangler";
-
-import { EVENTS, TEST_SECRETS } from "./support/events.mjs";
+import { FIRST, FIRST_PROVIDER, SOURCES, SOURCE_SECRETS, UNSIGNABLE, eventOf, forgedOf, send as sendTo } from "./support/sources.mjs";
 import { eventually, startWorker } from "./support/worker.mjs";
 
-// The sources tests/support/events.mjs can sign for; any other is named
-// and skipped.
-const DECLARED = Object.entries(unstable_readConfig({ config: "wrangler.toml" }).vars.SOURCES);
-const signable = ([, source]) => EVENTS[source.provider] && (EVENTS[source.provider].signs?.(source) ?? true);
-const SOURCES = DECLARED.filter(signable);
-const secretVar = (name, source) => source.secret ?? `${name.toUpperCase().replaceAll("-", "_")}_WEBHOOK_SECRET`;
-const SECRETS = Object.fromEntries(SOURCES.map(([name, source]) => [secretVar(name, source), TEST_SECRETS[source.provider]]));
-const [FIRST, { provider: FIRST_PROVIDER }] = SOURCES[0];
 const TARGETS = {
   ALERT_URL: "http://alerts.test/hook",
   NOTIFY_URL: "http://chat.test/hook",
@@ -34,17 +24,11 @@ const TARGETS = {
 
 let w;
 before(async () => {
-  w = await startWorker({ ...SECRETS, ...TARGETS });
+  w = await startWorker({ ...SOURCE_SECRETS, ...TARGETS });
 });
 after(() => w.dispose());
 
-/** A fresh signed event of `source`, or one signed with `secret`. */
-const eventOf = (name, secret) => {
-  const [, source] = SOURCES.find(([n]) => n === name);
-  return EVENTS[source.provider](secret ?? TEST_SECRETS[source.provider], name);
-};
-const send = (name, event, headers = {}) =>
-  w.post(`/webhooks/${name}`, event.body, { ...event.headers, ...headers }).then(async (r) => ({ status: r.status, body: await r.json() }));
+const send = (name, event, headers) => sendTo(w, name, event, headers);
 const ledgerRows = (source, id) => w.scalar("SELECT count(*) FROM processed_events WHERE source = ? AND event_id = ?", source, id);
 const outboxRows = (id, action) => w.db.prepare("SELECT * FROM outbox WHERE event_id = ? AND action = ?").bind(id, action).all().then((r) => r.results);
 const settled = (id, action, status) =>
@@ -56,7 +40,7 @@ const calls = (url, id) => w.target.to(url).filter((c) => c.body.includes(id));
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 describe("every source", () => {
-  for (const [name] of DECLARED.filter((source) => !signable(source))) {
+  for (const name of UNSIGNABLE) {
     test.skip(`${name}: tests/support/events.mjs does not sign its events`);
   }
   for (const [name, { provider }] of SOURCES) {
@@ -70,8 +54,7 @@ describe("every source", () => {
     });
 
     test(`${name}: a forged signature is a 401 that writes nothing`, async () => {
-      // In the form the provider's secrets take (a whsec_ one decodes).
-      const forged = eventOf(name, TEST_SECRETS[provider].startsWith("whsec_") ? "whsec_Zm9yZ2VkLWtleS1mb3ItdGVzdHM=" : "forged-secret");
+      const forged = forgedOf(name);
       const reply = await send(name, forged);
       assert.equal(reply.status, 401);
       assert.equal(reply.body.error, "bad_signature");
@@ -133,7 +116,7 @@ describe(`faults, on ${FIRST} (${FIRST_PROVIDER})`, () => {
 
 describe("without TEST_FAULTS, as deployed", () => {
   test("the fault header, and the test side effect with it, are ignored", async () => {
-    const deployed = await startWorker({ ...SECRETS, ...TARGETS, TEST_FAULTS: "" });
+    const deployed = await startWorker({ ...SOURCE_SECRETS, ...TARGETS, TEST_FAULTS: "" });
     try {
       const event = eventOf(FIRST);
       const reply = await deployed.post(`/webhooks/${FIRST}`, event.body, { ...event.headers, "x-test-fault": "with-side-effect" });

@@ -1,73 +1,77 @@
 // End to end: the operators' side under faults and hostile use — failed
 // listings that heal whatever order the writes land in, the alarm a copy
 // re-arms, an admin token that must be strong, a throttle on guessing it,
-// a sign-out that revokes, and an event page whose size is bounded.
-// needs: stripe, github, demos, dashboard
+// a sign-out that revokes, and an event page whose size is bounded. On
+// the first source wrangler.toml declares (and a provider's own where kept).
 import assert from "node:assert/strict";
+// needs: dashboard
 import { createHmac } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 
-import { checkoutCompleted, githubHeaders, starEvent, stripeHeaders, uniqueId } from "./support/sign.mjs";
-import { SECRETS, eventually, startWorker } from "./support/worker.mjs";
+// needs: github
+import { githubHeaders, uniqueId } from "./support/sign.mjs";
+import { FIRST, SOURCE_SECRETS, eventOf } from "./support/sources.mjs";
+import { eventually, startWorker } from "./support/worker.mjs";
 
-const STRIPE = "whsec_test_current";
 const TOKEN = "operator-admin-token-0123456789abcdef";
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// needs: dashboard
 const WINDOW_MS = 15 * 60 * 1000; // src/admin_guard/policy.rs
 const reply = async (res) => ({ status: res.status, body: await res.json() });
 
 describe("a failed listing heals when the event ends done", () => {
   let w;
   before(async () => {
-    w = await startWorker({ ADMIN_TOKEN: TOKEN, EFFECT_MAX_ATTEMPTS: "1", EFFECT_RETRY_BASE_MS: "100" });
+    w = await startWorker({ ...SOURCE_SECRETS, ADMIN_TOKEN: TOKEN, EFFECT_MAX_ATTEMPTS: "1", EFFECT_RETRY_BASE_MS: "100" });
   });
   after(() => w.dispose());
-  const send = (body, headers = {}) => w.post("/webhooks/stripe", body, { ...stripeHeaders(body, STRIPE), ...headers });
+  const send = (event, headers = {}) => w.post(`/webhooks/${FIRST}`, event.body, { ...event.headers, ...headers });
   const listed = (id) => w.scalar("SELECT count(*) FROM failed_events WHERE event_id = ?", id);
 
   test("a copy reopens the event while its failure report is still awaited", async () => {
-    const body = checkoutCompleted();
-    const id = JSON.parse(body).id;
+    const event = eventOf(FIRST);
+    const { id } = event;
     const until = Date.now() + 1_000;
     // The one attempt fails, the report is written, and its reply is late:
     // the first delivery's answer waits for it.
-    const first = send(body, { "x-test-fault": `report-late:${until}` });
+    const first = send(event, { "x-test-fault": `report-late:${until}` });
     await eventually(async () => (await listed(id)) === 1, 5_000, "the report to be written");
     await sleep(Math.max(0, until - Date.now()) + 200);
-    assert.deepEqual((await reply(await send(body))).body, { outcome: "processed", key: `stripe:${id}` });
+    assert.deepEqual((await reply(await send(event))).body, { outcome: "processed", key: `${FIRST}:${id}` });
     await reply(await first);
-    const state = await w.inboxState(`stripe:${id}`);
+    const state = await w.inboxState(`${FIRST}:${id}`);
     assert.equal(state.state, "done");
     assert.equal(await listed(id), 0, "no longer listed as failed");
     assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
   });
 
   test("the report committed but its reply was lost; a copy then applies the event", async () => {
-    const body = checkoutCompleted();
-    const id = JSON.parse(body).id;
+    const event = eventOf(FIRST);
+    const { id } = event;
     const until = Date.now() + 1_500;
-    const first = await reply(await send(body, { "x-test-fault": `report-reply-lost:${until}:${until + 60_000}` }));
+    const first = await reply(await send(event, { "x-test-fault": `report-reply-lost:${until}:${until + 60_000}` }));
     assert.equal(first.body.outcome, "failed");
     assert.equal(await listed(id), 1, "written, though the inbox never heard so");
-    assert.equal((await w.inboxState(`stripe:${id}`)).reported, false);
+    assert.equal((await w.inboxState(`${FIRST}:${id}`)).reported, false);
     await sleep(Math.max(0, until - Date.now()) + 100);
-    assert.equal((await reply(await send(body))).body.outcome, "processed");
+    assert.equal((await reply(await send(event))).body.outcome, "processed");
     await eventually(async () => (await listed(id)) === 0, 5_000, "the listing to be resolved");
     // The alarm's retries of the report must not list it again.
     await sleep(1_000);
     assert.equal(await listed(id), 0);
-    assert.equal((await w.inboxState(`stripe:${id}`)).state, "done");
+    assert.equal((await w.inboxState(`${FIRST}:${id}`)).state, "done");
   });
 });
 
+// needs: github
 describe("a failed listing heals when the event ends done (continued)", () => {
   test("a report whose reply was lost, then the same body applied under another id: the listing goes", async () => {
-    const w = await startWorker({ ADMIN_TOKEN: TOKEN, EFFECT_MAX_ATTEMPTS: "1", EFFECT_RETRY_BASE_MS: "100" });
+    const w = await startWorker({ ...SOURCE_SECRETS, ADMIN_TOKEN: TOKEN, EFFECT_MAX_ATTEMPTS: "1", EFFECT_RETRY_BASE_MS: "100" });
     try {
-      const body = starEvent({ repo: `octo/${uniqueId("heal")}` });
+      const body = JSON.stringify({ zen: "Keep it logically awesome.", hook_id: uniqueId("heal") });
       const [failing, applied] = [uniqueId("d"), uniqueId("d")];
       const send = (delivery, headers = {}) =>
-        w.post("/webhooks/github", body, { ...githubHeaders(body, SECRETS.GITHUB_WEBHOOK_SECRET, { delivery, event: "star" }), ...headers });
+        w.post("/webhooks/github", body, { ...githubHeaders(body, SOURCE_SECRETS.GITHUB_WEBHOOK_SECRET, { delivery, event: "ping" }), ...headers });
       const now = Date.now();
       // Its effect never commits; its report is written, and for 1.5 s
       // every reply to it is lost.
@@ -88,48 +92,50 @@ describe("a failed listing heals when the event ends done (continued)", () => {
 
 describe("while an event's row exists, its inbox has an alarm", () => {
   test("arming the alarm fails after the claim: the first attempt goes ahead", async () => {
-    const w = await startWorker({ EFFECT_RETRY_BASE_MS: "100" });
+    const w = await startWorker({ ...SOURCE_SECRETS, EFFECT_RETRY_BASE_MS: "100" });
     try {
-      const body = checkoutCompleted();
-      const id = JSON.parse(body).id;
-      const res = await reply(await w.post("/webhooks/stripe", body, { ...stripeHeaders(body, STRIPE), "x-test-fault": "fail-set-alarm" }));
-      assert.deepEqual(res, { status: 200, body: { outcome: "processed", key: `stripe:${id}` } });
-      const held = await w.inboxState(`stripe:${id}`);
+      const event = eventOf(FIRST);
+      const key = `${FIRST}:${event.id}`;
+      const res = await reply(await w.post(`/webhooks/${FIRST}`, event.body, { ...event.headers, "x-test-fault": "fail-set-alarm" }));
+      assert.deepEqual(res, { status: 200, body: { outcome: "processed", key } });
+      const held = await w.inboxState(key);
       assert.equal(held.state, "done");
       assert.ok(held.next_wake_up_at > Date.now() + 60_000, "armed for retention by the attempt");
-      assert.ok(w.logged("alarm_not_set").some((l) => l.key === `stripe:${id}`));
+      assert.ok(w.logged("alarm_not_set").some((l) => l.key === key));
     } finally {
       await w.dispose();
     }
   });
 
   test("a crash before arming the alarm: the sender's retry re-arms it, and the effect happens", async () => {
-    const w = await startWorker({ EFFECT_RETRY_BASE_MS: "100" });
+    const w = await startWorker({ ...SOURCE_SECRETS, EFFECT_RETRY_BASE_MS: "100" });
     try {
-      const body = checkoutCompleted();
-      const id = JSON.parse(body).id;
-      const first = await reply(await w.post("/webhooks/stripe", body, { ...stripeHeaders(body, STRIPE), "x-test-fault": "crash-before-arming" }));
+      const event = eventOf(FIRST);
+      const key = `${FIRST}:${event.id}`;
+      const post = (headers = {}) => w.post(`/webhooks/${FIRST}`, event.body, { ...event.headers, ...headers });
+      const first = await reply(await post({ "x-test-fault": "crash-before-arming" }));
       assert.deepEqual(first, { status: 503, body: { error: "unconfirmed" } });
-      const held = await w.inboxState(`stripe:${id}`);
+      const held = await w.inboxState(key);
       assert.deepEqual([held.state, held.next_wake_up_at], ["received", null]);
-      const copy = await reply(await w.post("/webhooks/stripe", body, stripeHeaders(body, STRIPE)));
-      assert.deepEqual(copy.body, { outcome: "duplicate", key: `stripe:${id}` });
-      await eventually(async () => (await w.inboxState(`stripe:${id}`)).state === "done", 5_000, "the re-armed alarm");
-      assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
-      assert.ok(w.logged("alarm_rearmed").some((l) => l.key === `stripe:${id}`));
+      const copy = await reply(await post());
+      assert.deepEqual(copy.body, { outcome: "duplicate", key });
+      await eventually(async () => (await w.inboxState(key)).state === "done", 5_000, "the re-armed alarm");
+      assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", event.id), 1);
+      assert.ok(w.logged("alarm_rearmed").some((l) => l.key === key));
     } finally {
       await w.dispose();
     }
   });
 });
 
+// needs: dashboard
 describe("the admin token", () => {
   for (const [why, token] of [
     ["under 32 bytes", "s3cr3t-short"],
     ["with whitespace inside", "operator-admin-token 0123456789abcdef"],
   ]) {
     test(`${why}: the admin surface is misconfigured, webhooks still work`, async () => {
-      const w = await startWorker({ ADMIN_TOKEN: token });
+      const w = await startWorker({ ...SOURCE_SECRETS, ADMIN_TOKEN: token });
       try {
         const api = await w.mf.dispatchFetch("http://localhost/admin/api/stats", {
           headers: { authorization: `Bearer ${token}` },
@@ -141,8 +147,8 @@ describe("the admin token", () => {
         const line = w.logged("admin_misconfigured")[0];
         assert.match(line.detail, /ADMIN_TOKEN/);
         assert.ok(!JSON.stringify(w.logged("admin_misconfigured")).includes(token), "the token is never logged");
-        const body = checkoutCompleted();
-        const res = await reply(await w.post("/webhooks/stripe", body, stripeHeaders(body, STRIPE)));
+        const event = eventOf(FIRST);
+        const res = await reply(await w.post(`/webhooks/${FIRST}`, event.body, event.headers));
         assert.equal(res.body.outcome, "processed");
       } finally {
         await w.dispose();
@@ -151,6 +157,7 @@ describe("the admin token", () => {
   }
 });
 
+// needs: dashboard
 describe("guessing the admin token", () => {
   let w;
   before(async () => {
@@ -231,6 +238,7 @@ describe("guessing the admin token", () => {
   });
 });
 
+// needs: dashboard
 describe("signing out", () => {
   test("revokes the session on the server: a copy of its cookie is refused, other sessions stay", async () => {
     const w = await startWorker({ ADMIN_TOKEN: TOKEN });
@@ -269,7 +277,7 @@ describe("signing out", () => {
       const act = async (cookie) => {
         const session = cookie.slice("admin_session=".length);
         const formToken = createHmac("sha256", TOKEN).update(`dashboard-form\n${session}`).digest("hex");
-        const res = await w.mf.dispatchFetch("http://localhost/admin/events/stripe/evt_x/replay", {
+        const res = await w.mf.dispatchFetch(`http://localhost/admin/events/${FIRST}/evt_x/replay`, {
           method: "POST",
           body: `form_token=${formToken}`,
           headers: { cookie, "content-type": "application/x-www-form-urlencoded", "sec-fetch-site": "same-origin" },
@@ -288,15 +296,16 @@ describe("signing out", () => {
   });
 });
 
+// needs: github, dashboard
 describe("an event page", () => {
   test("a signed body wide and 32 deep: the page stays under 3 MB", async () => {
-    const w = await startWorker({ ADMIN_TOKEN: TOKEN });
+    const w = await startWorker({ ...SOURCE_SECRETS, ADMIN_TOKEN: TOKEN });
     try {
       // 31 arrays inside the object, then about 499,000 numbers: indented
       // one a line, 62 spaces each, this would be some 35 MB of HTML.
       const body = `{"action":"opened","x":${"[".repeat(31)}${"0,".repeat(499_000)}0${"]".repeat(31)}}`;
       const delivery = uniqueId("d");
-      const headers = githubHeaders(body, SECRETS.GITHUB_WEBHOOK_SECRET, { delivery, event: "issues" });
+      const headers = githubHeaders(body, SOURCE_SECRETS.GITHUB_WEBHOOK_SECRET, { delivery, event: "issues" });
       assert.equal((await reply(await w.post("/webhooks/github", body, headers))).body.outcome, "processed");
       const signIn = await w.mf.dispatchFetch("http://localhost/admin/login", {
         method: "POST",

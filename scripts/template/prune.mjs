@@ -5,8 +5,9 @@
 // deeper, and the closing line at its own indent.
 
 const indent = (line) => line.match(/^[ \t]*/)[0].length;
-const CLOSERS = /^[}\])]/;
-const OPENS = /[{([]$/;
+// Rust and JavaScript brackets, and a shell block (`then` … `fi`, `do` … `done`).
+const CLOSERS = /^([}\])]|fi$|done$|else$|elif )/;
+const OPENS = /([{([]|; then|; do|^\s*else)$/;
 
 /**
  * The last line of the item that starts at `start`: the lines indented

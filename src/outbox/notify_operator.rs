@@ -21,6 +21,12 @@ use crate::config::{self, AlertSettings};
 use crate::d1::Statement;
 use crate::log::{self, Line};
 
+/// Where an alert sends the operator to act.
+#[cfg(feature = "dashboard")]
+const ACT_IN: &str = "the dashboard (/admin)";
+#[cfg(not(feature = "dashboard"))]
+const ACT_IN: &str = "the admin API (/admin/api)";
+
 /// What an alert reports.
 pub enum Alert<'a> {
     /// An event spent its retry budget and is listed as failed.
@@ -96,8 +102,8 @@ impl Alert<'_> {
                 INSERT_IF_NEWLY_FAILED,
                 format!(
                     "{source}: event {event_id} ({kind}) gave up: {}. Replay or dismiss it from \
-                     the dashboard (/admin). Further failures of {source} within {every} are \
-                     listed there, not alerted.",
+                     {ACT_IN}. Further failures of {source} within {every} are listed there, \
+                     not alerted.",
                     cut(error)
                 ),
                 Vec::new(),
@@ -116,8 +122,8 @@ impl Alert<'_> {
                 INSERT_IF_DEAD,
                 format!(
                     "{source}: side effect {action} of event {event_id} is dead after {attempts} \
-                     attempt{}: {}. Requeue it from the dashboard (/admin). Further dead side \
-                     effects of {source} within {every} are listed there, not alerted.",
+                     attempt{}: {}. Requeue it from {ACT_IN}. Further dead side effects of \
+                     {source} within {every} are listed there, not alerted.",
                     if attempts == 1 { "" } else { "s" },
                     cut(error)
                 ),
@@ -254,8 +260,10 @@ mod tests {
             panic!("payload is text");
         };
         assert_eq!(
-            payload,
-            r#"{"text":"beta: event evt_1 (item.created) gave up: D1 is down. Replay or dismiss it from the dashboard (/admin). Further failures of beta within 15m are listed there, not alerted."}"#
+            *payload,
+            format!(
+                r#"{{"text":"beta: event evt_1 (item.created) gave up: D1 is down. Replay or dismiss it from {ACT_IN}. Further failures of beta within 15m are listed there, not alerted."}}"#
+            )
         );
         let refusals = Alert::Refusals {
             source: "beta",

@@ -1,0 +1,38 @@
+// The sources this checkout's wrangler.toml declares, each with a secret for
+// the tests and a signed event on demand: what a generated copy's tests
+// send, whatever providers it kept. Sources tests/support/events.mjs cannot
+// sign (a generic source of another shape) are listed apart.
+import { unstable_readConfig } from "wrangler";
+
+import { EVENTS, TEST_SECRETS } from "./events.mjs";
+
+const DECLARED = Object.entries(unstable_readConfig({ config: "wrangler.toml" }).vars.SOURCES);
+const signable = ([, source]) => EVENTS[source.provider] && (EVENTS[source.provider].signs?.(source) ?? true);
+
+/** `[name, settings]` of each source the tests can sign for. */
+export const SOURCES = DECLARED.filter(signable);
+/** The names of the others. */
+export const UNSIGNABLE = DECLARED.filter((source) => !signable(source)).map(([name]) => name);
+/** The first signable source's name, and its provider. */
+export const [FIRST, { provider: FIRST_PROVIDER }] = SOURCES[0];
+
+/** The variable holding source `name`'s secret, as the worker reads it (src/sources.rs). */
+export const secretVar = (name, source) => source.secret ?? `${name.toUpperCase().replaceAll("-", "_")}_WEBHOOK_SECRET`;
+/** The worker's secrets for the tests: each source's under its variable. */
+export const SOURCE_SECRETS = Object.fromEntries(SOURCES.map(([name, source]) => [secretVar(name, source), TEST_SECRETS[source.provider]]));
+
+/** A fresh signed event of source `name` (`{ id, body, headers }`), or one signed with `secret`. */
+export function eventOf(name, secret) {
+  const [, source] = SOURCES.find(([n]) => n === name);
+  return EVENTS[source.provider](secret ?? TEST_SECRETS[source.provider], name);
+}
+
+/** An event of `name` signed with a wrong secret, in the form its secrets take (a whsec_ one decodes). */
+export function forgedOf(name) {
+  const [, { provider }] = SOURCES.find(([n]) => n === name);
+  return eventOf(name, TEST_SECRETS[provider].startsWith("whsec_") ? "whsec_Zm9yZ2VkLWtleS1mb3ItdGVzdHM=" : "forged-secret");
+}
+
+/** Sends `event` to source `name` on worker `w`: its status and JSON body. */
+export const send = (w, name, event, headers = {}) =>
+  w.post(`/webhooks/${name}`, event.body, { ...event.headers, ...headers }).then(async (r) => ({ status: r.status, body: await r.json() }));
