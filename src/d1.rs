@@ -188,18 +188,3 @@ impl<T: DeserializeOwned> Json<T> {
         Ok(serde_json::from_str(self.raw.get())?)
     }
 }
-
-/// The name an enum (a state, a status, an action) is stored under: its
-/// serde name. (Through JSON text, not `serde_json::Value`, whose
-/// serializer would add its own code to the wasm.)
-pub fn stored_name<T: Serialize>(value: &T) -> String {
-    serde_json::to_string(value)
-        .and_then(|json| serde_json::from_str(&json))
-        .unwrap_or_default()
-}
-
-/// The enum a stored name stands for; `None` for a name it does not have.
-pub fn from_stored<T: DeserializeOwned>(name: &str) -> Option<T> {
-    let json = serde_json::to_string(name).ok()?;
-    serde_json::from_str(&json).ok()
-}

@@ -10,11 +10,11 @@
 use worker::{Env, Result};
 
 use crate::clock::now_ms;
-use crate::config::AlertSettings;
 use crate::d1::{Db, Statement};
 use crate::event::VerifiedEvent;
 use crate::ledger::{self, Applied};
-use crate::outbox::{self, notify_operator::Alert};
+use crate::outbox;
+use crate::outbox::notify_operator::{self, Alert};
 
 /// What [`record`] did.
 pub enum Recorded {
@@ -73,7 +73,7 @@ pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Rec
         kind: &event.kind,
         error,
     };
-    let (alert, alert_key) = alert.row(&AlertSettings::for_alert(env), now);
+    let (alert, alert_key) = alert.row(&notify_operator::settings(env), now);
     let changes = Db::from_env(env)?
         .batch_changes(&[trend, alert, list])
         .await?;

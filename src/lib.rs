@@ -49,6 +49,7 @@ pub mod http;
 pub mod inbox;
 pub mod ledger;
 pub mod log;
+pub mod names;
 pub mod outbox;
 pub mod providers;
 pub mod receive;

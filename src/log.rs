@@ -33,16 +33,25 @@ thread_local! {
     static LEVEL: Cell<Level> = const { Cell::new(Level::Info) };
 }
 
+/// The level `LOG_LEVEL` asks for: `info` when unset or blank, `None` for
+/// any other value (deliveries refuse it as misconfigured, see `receive`).
+pub fn level(env: &worker::Env) -> Option<Level> {
+    let value = env
+        .var("LOG_LEVEL")
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    if value.trim().is_empty() {
+        Some(Level::Info)
+    } else {
+        Level::parse(&value)
+    }
+}
+
 /// Sets this isolate's level from `LOG_LEVEL`; every entry point (a
 /// request, a queue batch, a cron run, a Durable Object) calls it. A bad
-/// value logs everything (deliveries refuse it as misconfigured, see
-/// `config::Limits`).
+/// value logs everything.
 pub fn configure(env: &worker::Env) {
-    let value = env.var("LOG_LEVEL").map(|v| v.to_string()).ok();
-    let level = value
-        .as_deref()
-        .and_then(Level::parse)
-        .unwrap_or(Level::Info);
+    let level = level(env).unwrap_or(Level::Info);
     LEVEL.with(|current| current.set(level));
 }
 

@@ -20,6 +20,7 @@ use crate::http::{self, BodyError};
 use crate::inbox::client::{self, Answer, DeliveryError, Handoff};
 use crate::inbox::state::Outcome;
 use crate::providers::{self, Identity, RawRequest, Rejection, VerifyContext};
+use crate::signature::Secrets;
 use crate::stats::{Counter, Series};
 use crate::{log, sources, stats};
 
@@ -161,7 +162,7 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
 
     let key = trace.key.as_deref();
     let (status, outcome, refusal) = match &result {
-        Ok(Taken::Event(answer)) => (200, answer.outcome.as_str(), None),
+        Ok(Taken::Event(answer)) => (200, answer.outcome.name(), None),
         Ok(Taken::Handshake(_)) => (200, "handshake", None),
         Err(refusal) => (refusal.status(), "rejected", Some(refusal)),
     };
@@ -187,7 +188,7 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
     };
     // Every delivery at `info`; at any level one that was refused, failed,
     // or repeated a signed body under a fresh id (a replay attempt).
-    if refusal.is_some() || outcome == Outcome::Failed.as_str() || replayed_body_of.is_some() {
+    if refusal.is_some() || outcome == Outcome::Failed.name() || replayed_body_of.is_some() {
         log::warn(&line);
     } else {
         log::info(&line);
@@ -268,11 +269,15 @@ async fn receive(
     };
     let provider = providers::build(&config)?;
     let limits = Limits::from_env(env)?;
+    // A bad LOG_LEVEL refuses deliveries rather than pass unnoticed.
+    log::level(env).ok_or_else(|| ConfigError("LOG_LEVEL must be info or warn".into()))?;
     // Read where an alert is due; checked here so that a bad value is a
     // refusal naming it, not an alert quietly sent on the defaults.
     AlertSettings::from_env(env)?;
     let secret_var = config.secret_var(source);
-    let secrets = config::secrets(env, &secret_var)?;
+    // A value that would make a weak key is an error naming the variable.
+    let secrets = Secrets::parse(&config::secret(env, &secret_var)?)
+        .map_err(|why| ConfigError(format!("{secret_var}: {why}")))?;
     for secret in secrets.iter() {
         provider
             .check_secret(secret)

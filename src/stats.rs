@@ -22,10 +22,11 @@ use std::cell::RefCell;
 
 use worker::Env;
 
-use crate::config::AlertSettings;
 use crate::d1::{Db, Statement};
 use crate::log::{self, Line};
-use crate::outbox::{self, notify_operator::Alert};
+use crate::names::named_enum;
+use crate::outbox;
+use crate::outbox::notify_operator::{self, Alert};
 
 /// A per-source counter, by the name it is stored under: the one way both
 /// the receiver that counts and the pages that read it spell them.
@@ -72,54 +73,32 @@ impl<'a> Counter<'a> {
     }
 }
 
-/// What the trend splits deliveries by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Series {
-    Processed,
-    Duplicate,
-    /// Recorded, its effect to be retried by the inbox.
-    Accepted,
-    /// Refused for any reason: a bad signature, a stale timestamp, a
-    /// malformed body, an unknown source, a misconfiguration.
-    Refused,
-    /// An event that gave up: counted when it is listed (`failed_events`),
-    /// whether on a delivery's attempt or on the inbox's alarm, not as a
-    /// delivery's outcome, so that it is counted once.
-    Failed,
+named_enum! {
+    /// What the trend splits deliveries by, bottom to top in a chart's bars:
+    /// refusals on top, where a spike shows.
+    pub enum Series {
+        Processed = "processed",
+        Duplicate = "duplicate",
+        /// Recorded, its effect to be retried by the inbox.
+        Accepted = "accepted",
+        /// An event that gave up: counted when it is listed (`failed_events`),
+        /// whether on a delivery's attempt or on the inbox's alarm, not as a
+        /// delivery's outcome, so that it is counted once.
+        Failed = "failed",
+        /// Refused for any reason: a bad signature, a stale timestamp, a
+        /// malformed body, an unknown source, a misconfiguration.
+        Refused = "refused",
+    }
 }
 
 impl Series {
-    /// Bottom to top in a chart's bars: refusals on top, where a spike shows.
-    pub const ALL: [Series; 5] = [
-        Series::Processed,
-        Series::Duplicate,
-        Series::Accepted,
-        Series::Failed,
-        Series::Refused,
-    ];
-
-    /// The stored name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Series::Processed => "processed",
-            Series::Duplicate => "duplicate",
-            Series::Accepted => "accepted",
-            Series::Refused => "refused",
-            Series::Failed => "failed",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Series> {
-        Series::ALL.into_iter().find(|s| s.name() == name)
-    }
-
     /// The series a delivery counts in, by its outcome; `None` for a
     /// handshake (not an event) and for `failed` (see [`Series::Failed`]).
     pub fn of_delivery(outcome: &str, refused: bool) -> Option<Series> {
         if refused {
             return Some(Series::Refused);
         }
-        Series::parse(outcome).filter(|s| !matches!(s, Series::Refused | Series::Failed))
+        Series::from_name(outcome).filter(|s| !matches!(s, Series::Refused | Series::Failed))
     }
 }
 
@@ -274,7 +253,7 @@ fn refusal_alerts(env: &Env, counts: &Counts, now_ms: i64) -> (Vec<Statement>, V
     let mut settings = None;
     refused
         .map(|(minute, source, _, _)| {
-            let settings = settings.get_or_insert_with(|| AlertSettings::for_alert(env));
+            let settings = settings.get_or_insert_with(|| notify_operator::settings(env));
             let alert = Alert::Refusals {
                 source,
                 minute: *minute,
@@ -376,7 +355,7 @@ mod tests {
         assert_eq!(Series::of_delivery("handshake", false), None);
         assert_eq!(Series::of_delivery("refused", false), None);
         for series in Series::ALL {
-            assert_eq!(Series::parse(series.name()), Some(series));
+            assert_eq!(Series::from_name(series.name()), Some(*series));
         }
     }
 }

@@ -17,7 +17,7 @@ use worker::{Env, Method, Request, Response, Result};
 
 use super::queries::{self, EventFilter, Listing};
 use super::{admin_token, bearer, decode, guard, token_matches, Closed, Denied, Query};
-use crate::d1::{self, Json};
+use crate::d1::Json;
 use crate::inbox::client::{self, ActionResult, Answer};
 use crate::inbox::state::Outcome;
 use crate::log::{self, Line};
@@ -75,8 +75,7 @@ pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
 }
 
 async fn list_events(env: &Env, query: &Query) -> Result<Response> {
-    let Some(listing) = d1::from_stored::<Listing>(query.get("status").unwrap_or("processed"))
-    else {
+    let Some(listing) = Listing::from_name(query.get("status").unwrap_or("processed")) else {
         return Response::error("status must be processed or failed", 400);
     };
     let filter = EventFilter {
@@ -93,8 +92,7 @@ async fn list_events(env: &Env, query: &Query) -> Result<Response> {
 }
 
 async fn list_outbox(env: &Env, query: &Query) -> Result<Response> {
-    let Some(status) = d1::from_stored::<OutboxStatus>(query.get("status").unwrap_or("dead"))
-    else {
+    let Some(status) = OutboxStatus::from_name(query.get("status").unwrap_or("dead")) else {
         return Response::error("status must be dead, pending, sending or sent", 400);
     };
     #[derive(Serialize)]

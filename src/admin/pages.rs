@@ -9,7 +9,6 @@ use super::html::{self, bad, code, escape, num, page, table, td, time};
 use super::queries::{self, EventFilter, Listing};
 use super::{summary, trend};
 use crate::clock::now_ms;
-use crate::d1;
 use crate::inbox::state::EventState;
 use crate::inbox::store::LoggedDelivery;
 use crate::outbox::{Action, OutboxStatus};
@@ -158,7 +157,7 @@ pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Re
         .map(|a| {
             let status = match (a.status, a.note.as_deref()) {
                 (OutboxStatus::Sent, Some(_)) => "logged".to_string(),
-                (status, _) => d1::stored_name(&status),
+                (status, _) => status.name().to_string(),
             };
             vec![
                 td(time(Some(a.created_at))),
@@ -275,7 +274,7 @@ pub async fn event(
                 "last error",
             ],
             &[vec![
-                td(escape(inbox.state.as_str())),
+                td(escape(inbox.state.name())),
                 num(inbox.deliveries),
                 num(inbox.effect_attempts),
                 td(time(Some(inbox.received_at))),
@@ -299,7 +298,7 @@ pub async fn event(
             let [scheme, signed] = verified_cells(d);
             vec![
                 td(time(Some(d.at))),
-                td(escape(&d1::stored_name(&d.kind))),
+                td(escape(d.kind.name())),
                 scheme,
                 signed,
                 num(d.bytes),
@@ -353,7 +352,7 @@ pub async fn event(
         .map(|r| {
             vec![
                 td(escape(&r.action)),
-                td(escape(&d1::stored_name(&r.status))),
+                td(escape(r.status.name())),
                 num(r.attempts),
                 code(&r.idempotency_key),
                 td(html::text(r.note.as_deref())),

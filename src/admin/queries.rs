@@ -6,18 +6,19 @@ use serde::{Deserialize, Serialize};
 use worker::{Env, Result};
 
 use crate::clock::now_ms;
-use crate::d1::{self, Db, Json, Statement};
+use crate::d1::{Db, Json, Statement};
 use crate::inbox::client::{self, InboxState};
+use crate::names::named_enum;
 use crate::outbox::{self, OutboxStatus};
 
-/// Which list of events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Listing {
-    /// In the ledger, applied (dismissed events excepted).
-    Processed,
-    /// Gave up, and not dismissed.
-    Failed,
+named_enum! {
+    /// Which list of events.
+    pub enum Listing {
+        /// In the ledger, applied (dismissed events excepted).
+        Processed = "processed",
+        /// Gave up, and not dismissed.
+        Failed = "failed",
+    }
 }
 
 /// An event in a list, newest first.
@@ -222,7 +223,7 @@ pub async fn outbox_rows(
              'event_id', event_id, 'action', action, 'status', status, 'attempts', attempts, \
              'last_error', last_error, 'note', note, 'updated_at', updated_at)) AS json \
          FROM (SELECT * FROM outbox WHERE status = ?1 ORDER BY updated_at DESC LIMIT ?2)",
-        vec![d1::stored_name(&status).into(), i64::from(limit).into()],
+        vec![status.name().into(), i64::from(limit).into()],
     );
     one(env, statement).await
 }

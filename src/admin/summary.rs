@@ -56,8 +56,8 @@ pub fn per_source(stats: &Stats) -> Vec<SourceTotals> {
         .map(|s| SourceTotals {
             source: s.to_string(),
             received: counter(s, &|c| c == Counter::Received),
-            processed: counter(s, &|c| c == Counter::Outcome(Outcome::Processed.as_str())),
-            duplicates: counter(s, &|c| c == Counter::Outcome(Outcome::Duplicate.as_str())),
+            processed: counter(s, &|c| c == Counter::Outcome(Outcome::Processed.name())),
+            duplicates: counter(s, &|c| c == Counter::Outcome(Outcome::Duplicate.name())),
             rejected: counter(s, &|c| matches!(c, Counter::Rejected(_))),
             in_ledger: events(&stats.processed, s),
             failed: events(&stats.failed, s),

@@ -6,9 +6,6 @@ use std::str::FromStr;
 
 use worker::Env;
 
-use crate::log::{self, Level, Line};
-use crate::signature::Secrets;
-
 mod values;
 
 use self::values::{
@@ -60,9 +57,6 @@ pub struct Limits {
 
 impl Limits {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        // Checked with the limits, so that a bad value refuses deliveries
-        // as misconfigured instead of passing unnoticed.
-        log_level(env)?;
         Ok(Limits {
             max_body_bytes: number(env, "MAX_BODY_BYTES", 1024 * 1024)?,
             tolerance_secs: number(env, "SIGNATURE_TOLERANCE_SECS", 300)?,
@@ -146,19 +140,6 @@ impl AlertSettings {
             refusals_per_minute,
         })
     }
-
-    /// The settings where an alert is due: a misconfiguration (which the
-    /// receiver refuses deliveries over, naming the variable) is logged
-    /// here and the defaults are used, so that the alert still goes out.
-    pub fn for_alert(env: &Env) -> Self {
-        AlertSettings::from_env(env).unwrap_or_else(|e| {
-            log::error(&Line::new("alert_misconfigured").error(e));
-            AlertSettings {
-                interval_ms: 15 * 60 * 1000,
-                refusals_per_minute: 60,
-            }
-        })
-    }
 }
 
 /// What the outbox consumer and relay need.
@@ -197,17 +178,6 @@ impl OutboxSettings {
     /// aborted well before another consumer may take the row over.
     pub fn call_timeout_ms(&self) -> u32 {
         u32::try_from(self.lease_ms / 2).unwrap_or(u32::MAX).max(1)
-    }
-}
-
-/// How much is logged (`LOG_LEVEL`: `info`, the default, or `warn`; see
-/// `log`).
-pub fn log_level(env: &Env) -> Result<Level, ConfigError> {
-    match optional(env, "LOG_LEVEL") {
-        None => Ok(Level::Info),
-        Some(value) => {
-            Level::parse(&value).ok_or_else(|| ConfigError("LOG_LEVEL must be info or warn".into()))
-        }
     }
 }
 
@@ -261,15 +231,14 @@ pub fn optional(env: &Env, name: &str) -> Option<String> {
     text(env, name).filter(|v| !v.trim().is_empty())
 }
 
-/// A provider's secret(s), from a secret binding or (in local `.dev.vars`) a
-/// var. A value that would make a weak key is an error naming the variable.
-pub fn secrets(env: &Env, name: &str) -> Result<Secrets, ConfigError> {
-    let value = text(env, name).ok_or_else(|| {
+/// A provider's secret(s) as set, from a secret binding or (in local
+/// `.dev.vars`) a var; unset is an error naming the variable.
+pub fn secret(env: &Env, name: &str) -> Result<String, ConfigError> {
+    text(env, name).ok_or_else(|| {
         ConfigError(format!(
             "{name} is not set: add it with `wrangler secret put {name}` (or to .dev.vars locally)"
         ))
-    })?;
-    Secrets::parse(&value).map_err(|why| ConfigError(format!("{name}: {why}")))
+    })
 }
 
 fn text(env: &Env, name: &str) -> Option<String> {

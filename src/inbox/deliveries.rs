@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use worker::{Result, SqlStorageValue};
 
 use super::schema::{Table, Tables};
+use crate::names::named_enum;
 use crate::providers::Verified;
 
 /// How many later deliveries the log keeps. A request replayed 20,000
@@ -29,16 +30,16 @@ pub struct LoggedDelivery {
     pub verified: Option<Verified>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeliveryKind {
-    /// The delivery that created the event.
-    First,
-    /// A first delivery whose signed body was already applied under
-    /// another id (`duplicate_of`).
-    ReplayedBody,
-    /// A later delivery of the held event.
-    Duplicate,
+named_enum! {
+    pub enum DeliveryKind {
+        /// The delivery that created the event.
+        First = "first",
+        /// A first delivery whose signed body was already applied under
+        /// another id (`duplicate_of`).
+        ReplayedBody = "replayed_body",
+        /// A later delivery of the held event.
+        Duplicate = "duplicate",
+    }
 }
 
 /// The later deliveries, oldest first, and how many there ever were.

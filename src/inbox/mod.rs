@@ -206,7 +206,7 @@ impl EventInbox {
         let claim = if fault == Some(Fault::FailClaim) {
             Err("injected fault: claim".into())
         } else if let Some(stored) = stored {
-            let state = EventState::parse(&stored).ok_or("inbox row: unreadable state".into());
+            let state = EventState::from_name(&stored).ok_or("inbox row: unreadable state".into());
             state.and_then(|state| {
                 let copy = self.store.log_copy(&event, now_ms(), verified.as_ref());
                 copy.map(|()| Claim::Held(state))

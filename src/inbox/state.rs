@@ -13,71 +13,40 @@
 //! A `failed` event is kept until it is resolved; only `done` and
 //! `dismissed` events are forgotten.
 
-use serde::{Deserialize, Serialize};
-
 use crate::config::InboxSettings;
-use crate::d1;
+use crate::names::named_enum;
 
-/// The state of an inbox's one event, as stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EventState {
-    /// Held; its effect has not committed yet (or is being attempted).
-    Received,
-    /// The effect committed (or the ledger shows it did).
-    Done,
-    /// The retry budget is spent; listed for operators.
-    Failed,
-    /// An operator decided not to apply it.
-    Dismissed,
-}
-
-impl EventState {
-    /// The stored text.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventState::Received => "received",
-            EventState::Done => "done",
-            EventState::Failed => "failed",
-            EventState::Dismissed => "dismissed",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<EventState> {
-        d1::from_stored(text)
+named_enum! {
+    /// The state of an inbox's one event, as stored.
+    pub enum EventState {
+        /// Held; its effect has not committed yet (or is being attempted).
+        Received = "received",
+        /// The effect committed (or the ledger shows it did).
+        Done = "done",
+        /// The retry budget is spent; listed for operators.
+        Failed = "failed",
+        /// An operator decided not to apply it.
+        Dismissed = "dismissed",
     }
 }
 
-/// What a delivery (or an operator's action) did, as the sender is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    /// This copy was new and its effect committed.
-    Processed,
-    /// A copy of an event already held (in flight or done), or whose effect
-    /// the ledger shows committed long ago, or a signed body already applied
-    /// under another id. Nothing was done again.
-    Duplicate,
-    /// New and durably recorded, but the effect did not commit yet: the
-    /// inbox's alarm retries it.
-    Accepted,
-    /// A copy of a failed event reopened it, and its one more attempt failed
-    /// too. The event is held, and listed for operators.
-    Failed,
-    /// An operator dismissed the failed event: it will not be applied.
-    Dismissed,
-}
-
-impl Outcome {
-    /// The name in replies, log lines and counters.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Processed => "processed",
-            Outcome::Duplicate => "duplicate",
-            Outcome::Accepted => "accepted",
-            Outcome::Failed => "failed",
-            Outcome::Dismissed => "dismissed",
-        }
+named_enum! {
+    /// What a delivery (or an operator's action) did, as the sender is told.
+    pub enum Outcome {
+        /// This copy was new and its effect committed.
+        Processed = "processed",
+        /// A copy of an event already held (in flight or done), or whose effect
+        /// the ledger shows committed long ago, or a signed body already applied
+        /// under another id. Nothing was done again.
+        Duplicate = "duplicate",
+        /// New and durably recorded, but the effect did not commit yet: the
+        /// inbox's alarm retries it.
+        Accepted = "accepted",
+        /// A copy of a failed event reopened it, and its one more attempt failed
+        /// too. The event is held, and listed for operators.
+        Failed = "failed",
+        /// An operator dismissed the failed event: it will not be applied.
+        Dismissed = "dismissed",
     }
 }
 
@@ -190,17 +159,9 @@ mod tests {
 
     #[test]
     fn states_are_stored_as_their_names() {
-        for state in [
-            EventState::Received,
-            EventState::Done,
-            EventState::Failed,
-            EventState::Dismissed,
-        ] {
-            assert_eq!(EventState::parse(state.as_str()), Some(state));
-            let json = serde_json::to_string(&state).unwrap();
-            assert_eq!(json, format!("\"{}\"", state.as_str()));
-        }
-        assert_eq!(EventState::parse("sent"), None);
+        let names: Vec<_> = EventState::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(names, ["received", "done", "failed", "dismissed"]);
+        assert_eq!(EventState::from_name("sent"), None);
     }
 
     #[test]

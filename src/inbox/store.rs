@@ -53,7 +53,7 @@ impl EventRow {
                 body,
                 received_at: int(5).unwrap_or_default(),
             },
-            state: EventState::parse(&required(6)?).ok_or("inbox row: unknown state")?,
+            state: EventState::from_name(&required(6)?).ok_or("inbox row: unknown state")?,
             effect_attempts: int(7).unwrap_or_default(),
             fault: text(8).as_deref().and_then(Fault::parse),
             last_error: text(9),
@@ -129,7 +129,10 @@ impl Store {
     /// The event's state as stored now (after an `.await`, memory may be
     /// stale), where this build can read it.
     pub fn state(&self) -> Result<Option<EventState>> {
-        Ok(self.stored_state()?.as_deref().and_then(EventState::parse))
+        Ok(self
+            .stored_state()?
+            .as_deref()
+            .and_then(EventState::from_name))
     }
 
     /// The event's progress as stored now, without its body: what the
@@ -154,7 +157,7 @@ impl Store {
         // Moved, not concatenated: the body is not copied again.
         let mut values = event_columns(event);
         values.extend([
-            EventState::Received.as_str().into(),
+            EventState::Received.name().into(),
             fault.map_or(SqlStorageValue::Null, |f| f.name().into()),
             event
                 .fence
@@ -216,7 +219,7 @@ impl Store {
     pub fn transition(&self, from: EventState, to: EventState) -> Result<()> {
         self.tables.sql.exec(
             "UPDATE event SET state = ? WHERE state = ?",
-            vec![to.as_str().into(), from.as_str().into()],
+            vec![to.name().into(), from.name().into()],
         )?;
         Ok(())
     }
@@ -230,10 +233,10 @@ impl Store {
              WHERE state = ?
              RETURNING state, reported, received_at, done_at",
             vec![
-                EventState::Done.as_str().into(),
+                EventState::Done.name().into(),
                 now.into(),
                 replay_of.map_or(SqlStorageValue::Null, Into::into),
-                EventState::Received.as_str().into(),
+                EventState::Received.name().into(),
             ],
         )?;
         row.as_deref().map(held).transpose()
@@ -248,7 +251,7 @@ impl Store {
             "UPDATE event SET effect_attempts = effect_attempts + 1, last_error = ?
              WHERE state = ?
              RETURNING effect_attempts",
-            vec![error.into(), EventState::Received.as_str().into()],
+            vec![error.into(), EventState::Received.name().into()],
         )?;
         Ok(row.as_deref().and_then(|r| r.first()).and_then(integer))
     }
@@ -270,9 +273,9 @@ impl Store {
             "UPDATE event SET state = ?, done_at = COALESCE(?, done_at), reported = 0
              WHERE state = ?",
             vec![
-                EventState::Done.as_str().into(),
+                EventState::Done.name().into(),
                 done_at.map_or(SqlStorageValue::Null, Into::into),
-                from.as_str().into(),
+                from.name().into(),
             ],
         )?;
         Ok(())
@@ -283,9 +286,9 @@ impl Store {
         self.tables.sql.exec(
             "UPDATE event SET state = ?, done_at = ? WHERE state = ?",
             vec![
-                EventState::Dismissed.as_str().into(),
+                EventState::Dismissed.name().into(),
                 now.into(),
-                EventState::Failed.as_str().into(),
+                EventState::Failed.name().into(),
             ],
         )?;
         Ok(())
@@ -297,8 +300,8 @@ impl Store {
         self.tables.sql.exec(
             "UPDATE event SET state = ?, done_at = NULL, reported = 0 WHERE state = ?",
             vec![
-                EventState::Failed.as_str().into(),
-                EventState::Dismissed.as_str().into(),
+                EventState::Failed.name().into(),
+                EventState::Dismissed.name().into(),
             ],
         )?;
         Ok(())
@@ -327,7 +330,7 @@ impl Store {
 fn held(row: &[SqlStorageValue]) -> Result<Held> {
     let int = |i: usize| row.get(i).and_then(integer);
     let state = match row.first() {
-        Some(SqlStorageValue::String(state)) => EventState::parse(state),
+        Some(SqlStorageValue::String(state)) => EventState::from_name(state),
         _ => None,
     };
     Ok(Held {

@@ -7,11 +7,11 @@ use serde::Deserialize;
 use worker::wasm_bindgen::JsValue;
 use worker::{Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage};
 
-use super::notify_operator::Alert;
+use super::notify_operator::{self, Alert};
 use super::{enqueue_now, Action, Call, CallError, Job, OutboxStatus, Performed};
 use crate::clock::now_ms;
-use crate::config::{self, AlertSettings, OutboxSettings, OUTBOX_DLQ_BINDING};
-use crate::d1::{self, Db, Statement, Value};
+use crate::config::{self, OutboxSettings, OUTBOX_DLQ_BINDING};
+use crate::d1::{Db, Statement, Value};
 use crate::fault::Fault;
 use crate::log::{self, Line};
 
@@ -85,7 +85,10 @@ async fn handle(
             return Ok(Next::Ack);
         };
         return Ok(
-            match (d1::from_stored(&current.status), current.lease_until) {
+            match (
+                OutboxStatus::from_name(&current.status),
+                current.lease_until,
+            ) {
                 // Held by another run: look again when its lease ends.
                 (Some(OutboxStatus::Sending), Some(until)) => {
                     Next::RetryIn(seconds_until(until as i64 - now))
@@ -150,7 +153,7 @@ async fn handle(
                     attempts: claim.attempts,
                     error: &error,
                 };
-                alert.row(&AlertSettings::for_alert(env), at)
+                alert.row(&notify_operator::settings(env), at)
             });
             let (alert, alert_key) = alert.unzip();
             let (dead, alerted) = claim.mark_dead(rows, &error, at, alert).await?;

@@ -17,16 +17,18 @@
 //!   attempt), and the provider's idempotency absorbs it.
 //!
 //! Effects write side effects as the public payload types here: an
-//! [`Email`], a [`ChatMessage`]. To add a kind of call: a file like
+//! [`Email`], a [`ChatMessage`], an [`HttpCall`] to an API of your own. To add a kind of call: a file like
 //! `notify_chat.rs` with its payload type and `perform` (payload → HTTP
 //! call), and a variant of [`Action`] with its arm in `Action::perform`.
 
+mod call_http;
 pub mod consumer;
 mod notify_chat;
 pub mod notify_operator;
 pub mod relay;
 mod send_email;
 
+pub use call_http::HttpCall;
 pub use notify_chat::ChatMessage;
 pub use send_email::Email;
 
@@ -36,24 +38,27 @@ use worker::wasm_bindgen::JsValue;
 use worker::{web_sys, Env, Fetch, QueueContentType, RawMessageBuilder, SendMessage};
 
 use crate::config::{self, OUTBOX_BINDING};
-use crate::d1::{self, Statement};
+use crate::d1::Statement;
 use crate::event::VerifiedEvent;
 use crate::fault::Fault;
 use crate::http;
 use crate::log::{self, Line};
+use crate::names::named_enum;
 
-/// Every kind of side effect. Its name (the variant in snake_case) is what
-/// rows carry and what idempotency keys are derived from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    /// Send an [`Email`] (`send_email.rs`).
-    SendEmail,
-    /// Post a [`ChatMessage`] (`notify_chat.rs`).
-    NotifyChat,
-    /// Alert the operators (`notify_operator.rs`): written by the receiver
-    /// itself, not by an effect.
-    NotifyOperator,
+named_enum! {
+    /// Every kind of side effect. Its name (the variant in snake_case) is what
+    /// rows carry and what idempotency keys are derived from.
+    pub enum Action {
+        /// Send an [`Email`] (`send_email.rs`).
+        SendEmail = "send_email",
+        /// Post a [`ChatMessage`] (`notify_chat.rs`).
+        NotifyChat = "notify_chat",
+        /// Make an [`HttpCall`] (`call_http.rs`).
+        CallHttp = "call_http",
+        /// Alert the operators (`notify_operator.rs`): written by the receiver
+        /// itself, not by an effect.
+        NotifyOperator = "notify_operator",
+    }
 }
 
 impl Action {
@@ -62,19 +67,15 @@ impl Action {
         match self {
             Action::SendEmail => send_email::perform(payload, call).await,
             Action::NotifyChat => notify_chat::perform(payload, call).await,
+            Action::CallHttp => call_http::perform(payload, call).await,
             Action::NotifyOperator => notify_operator::perform(payload, call).await,
         }
-    }
-
-    /// The name rows and keys carry.
-    pub fn name(self) -> String {
-        d1::stored_name(&self)
     }
 
     /// The action a row names: by today's name, or by one an earlier
     /// release stored.
     pub fn from_stored(name: &str) -> Option<Action> {
-        d1::from_stored(name).or_else(|| {
+        Action::from_name(name).or_else(|| {
             let renamed = RENAMED.iter().find(|(old, _)| *old == name);
             renamed.map(|(_, action)| *action)
         })
@@ -87,17 +88,17 @@ const RENAMED: &[(&str, Action)] = &[
     ("send_receipt", Action::SendEmail),
 ];
 
-/// The states of an outbox row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OutboxStatus {
-    /// Due at `next_attempt_at`.
-    Pending,
-    /// Claimed by a consumer run until `lease_until`.
-    Sending,
-    Sent,
-    /// Out of attempts; an operator may requeue it.
-    Dead,
+named_enum! {
+    /// The states of an outbox row.
+    pub enum OutboxStatus {
+        /// Due at `next_attempt_at`.
+        Pending = "pending",
+        /// Claimed by a consumer run until `lease_until`.
+        Sending = "sending",
+        Sent = "sent",
+        /// Out of attempts; an operator may requeue it.
+        Dead = "dead",
+    }
 }
 
 /// Why a call to a side effect's target failed: what the row's
@@ -210,8 +211,8 @@ const INSERT_ROW: &str = "INSERT INTO outbox \
 pub fn insert(event: &VerifiedEvent, side_effect: SideEffect, now: i64) -> (Statement, String) {
     let action = side_effect.action.name();
     let key = match &side_effect.about {
-        Some((kind, id)) => idempotency_key(kind, id, &action),
-        None => idempotency_key(&event.source, &event.id, &action),
+        Some((kind, id)) => idempotency_key(kind, id, action),
+        None => idempotency_key(&event.source, &event.id, action),
     };
     let statement = Statement::new(
         INSERT_ROW,

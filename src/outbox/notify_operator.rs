@@ -16,10 +16,25 @@
 //! dead is logged, never alerted (no loop).
 
 use super::{idempotency_key, post_json, Action, Call, CallError, ChatMessage, Performed};
+use worker::Env;
+
 use crate::clock;
 use crate::config::{self, AlertSettings};
 use crate::d1::Statement;
 use crate::log::{self, Line};
+
+/// The alert settings where an alert is due: a misconfiguration (which the
+/// receiver refuses deliveries over, naming the variable) is logged here and
+/// the defaults are used, so that the alert still goes out.
+pub fn settings(env: &Env) -> AlertSettings {
+    AlertSettings::from_env(env).unwrap_or_else(|e| {
+        log::error(&Line::new("alert_misconfigured").error(e));
+        AlertSettings {
+            interval_ms: 15 * 60 * 1000,
+            refusals_per_minute: 60,
+        }
+    })
+}
 
 /// Where an alert sends the operator to act.
 #[cfg(feature = "dashboard")]
@@ -148,7 +163,7 @@ impl Alert<'_> {
         let key = idempotency_key(
             "alert",
             &format!("{name}\n{source}\n{bucket}"),
-            &Action::NotifyOperator.name(),
+            Action::NotifyOperator.name(),
         );
         // A struct of one string: serialization cannot fail.
         let payload = serde_json::to_string(&ChatMessage { text }).expect("payload serializes");
