@@ -10,7 +10,8 @@
 #   warnings as errors, host tests, wasm builds, deploy validation, end to
 #   end in workerd).
 # The copies: `providers=stripe demos=false dashboard=false`;
-# `providers=github,hmac demos=false dashboard=true`; all defaults. Installs
+# `providers=github,hmac demos=false dashboard=true`; seven providers with
+# Twilio first, without demos; all defaults. Installs
 # cargo-generate if missing.
 set -eu
 cd "$(dirname "$0")/.."
@@ -65,7 +66,7 @@ check() {
         Cargo.toml Cargo.lock wrangler.toml package.json tests || fail "a template name is left"
     [ ! -e cargo-generate.toml ] && [ ! -e scripts/template ] && [ ! -e scripts/template-check.sh ] ||
         fail "the template's own files are left"
-    ! grep -rqsE "^\s*(//|#|--) needs( one of)?: " src tests cli Makefile Cargo.toml || fail "a needs: marker is left"
+    ! grep -rqsE "^\s*(//|#|--) needs( one of)?: " src tests cli scripts migrations Makefile Cargo.toml || fail "a needs: marker is left"
 
     # What was not chosen leaves no name behind (tests/copies.test.mjs
     # checks every provider alone this way, without building).
@@ -90,5 +91,8 @@ check() {
 
 check hooks-stripe stripe false false " a b"
 check hooks-github-hmac github,hmac false true " b"
+# The tests send the first declared source's events: here Twilio's, whose
+# signature covers the URL, with no demo and the dashboard.
+check hooks-twilio-first twilio,svix,slack,shopify,linear,paddle,standard-webhooks false true " b"
 check hooks-all "$(echo $ALL | tr ' ' ,)" true true " a b c"
-echo "template-check: three generated copies, their recipes and their whole suites pass"
+echo "template-check: four generated copies, their recipes and their whole suites pass"

@@ -1,5 +1,5 @@
 // What `cargo generate` leaves for each provider chosen alone, with and
-// without the demos (and two of them together): no unchosen provider's or
+// without the demos (and two mixes, with the dashboard): no unchosen provider's or
 // demo's name in src/, tests/, cli/, wrangler.toml, migrations/ or the
 // README, no `needs:` marker, and a clean migration history. The copies are
 // made as hook.rhai makes them, without cargo-generate; `make
@@ -20,7 +20,7 @@ const FILES = execFileSync("git", ["ls-files", "-z", "--cached", "--others", "--
   .filter((file) => file && !file.startsWith("node_modules/"));
 
 /** A copy generated with these answers, in a fresh directory. */
-function generate(providers, demos) {
+function generate(providers, demos, dashboard) {
   const dir = mkdtempSync(join(tmpdir(), "copy-"));
   // Deleted files not yet committed are listed, and skipped.
   for (const file of FILES.filter((file) => existsSync(file))) {
@@ -29,7 +29,10 @@ function generate(providers, demos) {
   }
   const node = (script, ...args) => execFileSync("node", [`scripts/template/${script}`, ...args], { cwd: dir, stdio: "pipe" });
   node("rename.mjs", "acme-hooks", "2026-01-01");
-  node("choose.mjs", providers, String(demos), "false", "acme-hooks");
+  node("choose.mjs", providers, String(demos), String(dashboard), "acme-hooks");
+  // As hook.rhai ends.
+  rmSync(join(dir, "scripts/template"), { recursive: true });
+  rmSync(join(dir, "cargo-generate.toml"));
   return dir;
 }
 
@@ -40,17 +43,17 @@ const markersLeft = (dir, path) =>
     .map((entry) => join(entry.parentPath, entry.name).slice(dir.length + 1));
 
 const COMBINATIONS = [
-  ...Object.keys(SOURCES).flatMap((provider) => [[provider, true], [provider, false]]),
-  ["stripe,github", true],
-  ["standard-webhooks,hmac", false],
+  ...Object.keys(SOURCES).flatMap((provider) => [[provider, true, false], [provider, false, false]]),
+  ["stripe,github", true, true],
+  ["standard-webhooks,hmac,twilio", false, true],
 ];
 
-for (const [providers, demos] of COMBINATIONS) {
-  test(`providers=${providers} demos=${demos}: nothing unchosen is left`, () => {
-    const dir = generate(providers, demos);
+for (const [providers, demos, dashboard] of COMBINATIONS) {
+  test(`providers=${providers} demos=${demos} dashboard=${dashboard}: nothing unchosen is left`, () => {
+    const dir = generate(providers, demos, dashboard);
     try {
       assert.deepEqual(leftNames(dir, providers.split(","), demos).map(([, where]) => where), []);
-      assert.deepEqual(["src", "tests", "cli", "migrations"].flatMap((path) => markersLeft(dir, path)), []);
+      assert.deepEqual(["src", "tests", "cli", "scripts", "migrations"].flatMap((path) => markersLeft(dir, path)), []);
       const migrations = readdirSync(join(dir, "migrations")).sort();
       assert.equal(migrations[0], "0001_init.sql");
       assert.deepEqual(migrations.map((file) => file.slice(0, 4)), migrations.map((_, i) => String(i + 1).padStart(4, "0")));

@@ -7,7 +7,8 @@
 // stays in every generated copy.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { FIRST, FIRST_PROVIDER, SOURCES, SOURCE_SECRETS, UNSIGNABLE, eventOf, forgedOf, send as sendTo } from "./support/sources.mjs";
+import { UNSIGNED_ID } from "./support/events.mjs";
+import { FIRST, FIRST_PROVIDER, SOURCES, SOURCE_SECRETS, UNSIGNABLE, eventOf, forgedOf, secretVar, send as sendTo } from "./support/sources.mjs";
 import { eventually, startWorker } from "./support/worker.mjs";
 
 const TARGETS = {
@@ -17,6 +18,7 @@ const TARGETS = {
   OUTBOX_LEASE_MS: "1500",
   OUTBOX_RELAY_GRACE_MS: "0",
   OUTBOX_MAX_ATTEMPTS: "3",
+  MAX_BODY_BYTES: "65536",
   EFFECT_MAX_ATTEMPTS: "3",
   // Long enough that a retry cannot land before a test looks at the first attempt.
   EFFECT_RETRY_BASE_MS: "1000",
@@ -28,7 +30,7 @@ before(async () => {
 });
 after(() => w.dispose());
 
-const send = (name, event, headers) => sendTo(w, name, event, headers);
+const send = (name, event, headers, worker = w) => sendTo(worker, name, event, headers);
 const ledgerRows = (source, id) => w.scalar("SELECT count(*) FROM processed_events WHERE source = ? AND event_id = ?", source, id);
 const outboxRows = (id, action) => w.db.prepare("SELECT * FROM outbox WHERE event_id = ? AND action = ?").bind(id, action).all().then((r) => r.results);
 const settled = (id, action, status) =>
@@ -61,6 +63,43 @@ describe("every source", () => {
       assert.equal(await ledgerRows(name, forged.id), 0);
     });
   }
+});
+
+describe("a signed body under a fresh id, where the signature does not cover the id", () => {
+  for (const [name, { provider }] of SOURCES.filter(([, source]) => UNSIGNED_ID[source.provider])) {
+    test(`${name} (${provider}): the body under 3 fresh ids at once is one event; the rest are duplicates`, async () => {
+      const event = eventOf(name);
+      assert.equal((await send(name, event)).body.outcome, "processed");
+      const ids = [1, 2, 3].map((n) => `${event.id}-again-${n}`);
+      const replays = await Promise.all(ids.map((id) => send(name, { ...event, headers: { ...event.headers, [UNSIGNED_ID[provider]]: id } })));
+      assert.deepEqual(replays.map((r) => [r.status, r.body.outcome]), ids.map(() => [200, "duplicate"]));
+      assert.equal(await w.scalar(`SELECT count(*) FROM processed_events WHERE source = ? AND event_id IN (?, ?, ?, ?)`, name, event.id, ...ids), 1);
+    });
+  }
+});
+
+describe(`bad input and bad settings, on ${FIRST}`, () => {
+  test("a body past MAX_BODY_BYTES is a 413 that writes nothing", async () => {
+    const event = eventOf(FIRST);
+    const before = await w.scalar("SELECT count(*) FROM processed_events");
+    const reply = await send(FIRST, { ...event, body: event.body.padEnd(65_537, " ") });
+    assert.deepEqual([reply.status, reply.body.error], [413, "body_too_large"]);
+    assert.equal(await w.scalar("SELECT count(*) FROM processed_events"), before);
+  });
+
+  test("a source whose secret is blank is a 500 that names the variable; the others still work", async () => {
+    const [, source] = SOURCES[0];
+    const variable = secretVar(FIRST, source);
+    const bare = await startWorker({ ...SOURCE_SECRETS, [variable]: "" });
+    try {
+      const reply = await send(FIRST, eventOf(FIRST), {}, bare);
+      assert.deepEqual([reply.status, reply.body], [500, { error: "misconfigured" }]);
+      assert.match(bare.logged("delivery")[0].detail, new RegExp(`^${variable}: holds no secret`));
+      for (const [name] of SOURCES.slice(1)) assert.equal((await send(name, eventOf(name), {}, bare)).status, 200, name);
+    } finally {
+      await bare.dispose();
+    }
+  });
 });
 
 describe(`faults, on ${FIRST} (${FIRST_PROVIDER})`, () => {

@@ -1,7 +1,7 @@
 // End to end, the outbox's HTTP call (`outbox::HttpCall`): a row as an
 // effect writes it, performed by the queue consumer — a JSON POST of its body
 // to the URL in its target variable, under the row's key; the URL never
-// stored, a target unset or a payload naming no variable refused. The rows
+// stored, a target unset or a payload naming no variable of yours refused. The rows
 // are written as an effect's batch would, then the cron relay sends them.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
@@ -52,7 +52,8 @@ test("an unset target, or a payload naming no variable, is dead with a fixed phr
   const unset = await perform({ target: "NO_SUCH_URL", body: {} });
   assert.equal(unset.status, "dead");
   assert.match(unset.last_error, /the call's target variable is not set/);
-  for (const target of ["http://evil.test/", "crm_url", ""]) {
+  // Not a name, not a URL variable, one of the worker's own targets.
+  for (const target of ["http://evil.test/", "crm_url", "", "ADMIN_TOKEN", "ALERT_URL"]) {
     const row = await perform({ target, body: {} });
     assert.equal(row.status, "dead", target);
     assert.equal(row.last_error, "unreadable payload");

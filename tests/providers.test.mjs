@@ -79,8 +79,9 @@ const post = (name, event) => w.post(`/webhooks/${name}`, event.body, event.head
 const ledgerRows = (source, id) =>
   w.scalar("SELECT count(*) FROM processed_events WHERE source = ? AND event_id = ?", source, id);
 
-// A copy's own sources get these in tests/guarantees.test.mjs.
-// needs: template
+// Where wrangler.toml declares every chosen provider, tests/guarantees.test.mjs
+// does this; the template (and its all-defaults copy) declares two.
+// needs: everything
 describe("every provider", () => {
   for (const [name, provider] of KEPT) {
     test(`${name} (${provider}): 20 concurrent copies make one ledger row`, async () => {

@@ -41,7 +41,7 @@ export function leftNames(dir, providers, demos) {
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const [list, demos] = process.argv.slice(2);
-  const left = leftNames(process.cwd(), list.split(","), demos === "true");
+  const left = leftNames(process.cwd(), list.split(",").map((p) => p.trim()), demos === "true");
   for (const [word, where] of left) console.error(`'${word}' is not chosen, but is left: ${where}`);
   process.exit(left.length ? 1 : 0);
 }

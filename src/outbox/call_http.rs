@@ -13,7 +13,8 @@ use crate::config;
 /// A POST of `body` to the URL in the variable (or secret) `target`.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct HttpCall {
-    /// The variable holding the URL, e.g. `CRM_URL` (A-Z, 0-9 and `_`).
+    /// The variable holding the URL: a name of A-Z, 0-9 and `_` that ends in
+    /// `_URL`, and none of the worker's own targets (`ALERT_URL`, …).
     pub target: String,
     /// What is posted, as it will be sent.
     pub body: Box<RawValue>,
@@ -23,7 +24,8 @@ impl HttpCall {
     /// A call of `target` with `body` as JSON. As with every payload, a
     /// body serde_json cannot write (a map with keys that are not strings)
     /// is a bug in the effect, and panics in its tests.
-    pub fn new(target: &str, body: &impl Serialize) -> Self {
+    /// `target` is a constant: an event's data never picks where a call goes.
+    pub fn new(target: &'static str, body: &impl Serialize) -> Self {
         let json = serde_json::to_string(body).expect("the body serializes");
         HttpCall {
             target: target.into(),
@@ -31,17 +33,33 @@ impl HttpCall {
         }
     }
 
-    /// The side effect that makes the call once, keyed by the event.
+    /// The side effect that makes the call once, keyed by the event and
+    /// the target: one event may call several APIs, each once.
     pub fn post(&self) -> SideEffect {
-        SideEffect::new(Action::CallHttp, self)
+        let mut side_effect = SideEffect::new(Action::CallHttp, self);
+        side_effect.target = Some(self.target.clone());
+        side_effect
     }
+}
+
+/// The worker's own targets: an effect's call never posts to them (it could
+/// pass for an operators' alert).
+const RESERVED: &[&str] = &["ALERT_URL", "NOTIFY_URL", "EMAIL_API_URL"];
+
+/// Whether `target` names a variable of yours holding a URL: A-Z, 0-9 and
+/// `_`, ending in `_URL`, and not one of the worker's own. Never a URL or
+/// a secret itself, nor a secret that is not a URL.
+fn target_is_yours(target: &str) -> bool {
+    let is_name = |b: u8| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_';
+    target.len() > "_URL".len()
+        && target.ends_with("_URL")
+        && target.bytes().all(is_name)
+        && !RESERVED.contains(&target)
 }
 
 pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, CallError> {
     let http_call: HttpCall = serde_json::from_str(payload).map_err(|_| CallError::Unreadable)?;
-    // The name of a variable, never a URL or a secret itself.
-    let is_name = |b: u8| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_';
-    if http_call.target.is_empty() || !http_call.target.bytes().all(is_name) {
+    if !target_is_yours(&http_call.target) {
         return Err(CallError::Unreadable);
     }
     let Some(url) = config::optional(call.env, &http_call.target) else {
@@ -75,5 +93,35 @@ mod tests {
         );
         let read: HttpCall = serde_json::from_str(&side_effect.payload).unwrap();
         assert_eq!(read.body.get(), r#"{"email":"a@example.com"}"#);
+        assert_eq!(side_effect.target.as_deref(), Some("CRM_URL"));
+    }
+
+    #[test]
+    fn one_event_calls_each_target_once_under_its_own_key() {
+        let event = crate::effects::tests::event("example", "ping", "{}");
+        let key = |target| super::super::insert(&event, HttpCall::new(target, &()).post(), 1).1;
+        assert_eq!(key("CRM_URL"), key("CRM_URL"));
+        assert_ne!(key("CRM_URL"), key("FULFILMENT_URL"));
+    }
+
+    #[test]
+    fn only_a_url_variable_of_yours_is_a_target() {
+        for yours in ["CRM_URL", "FULFILMENT_2_URL"] {
+            assert!(target_is_yours(yours), "{yours}");
+        }
+        for not in [
+            "",
+            "_URL",
+            "crm_url",
+            "CRM",
+            "ADMIN_TOKEN",
+            "STRIPE_WEBHOOK_SECRET",
+            "ALERT_URL",
+            "NOTIFY_URL",
+            "EMAIL_API_URL",
+            "http://x.test/_URL",
+        ] {
+            assert!(!target_is_yours(not), "{not}");
+        }
     }
 }

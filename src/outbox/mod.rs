@@ -139,6 +139,9 @@ pub struct SideEffect {
     /// event: the same purchase seen through two events or two sources (an
     /// endpoint migration) sends one email.
     pub about: Option<(&'static str, String)>,
+    /// What tells two side effects of one action and one event apart (an
+    /// [`HttpCall`]'s target), part of the key; `None`: one per action.
+    pub target: Option<String>,
 }
 
 impl SideEffect {
@@ -148,6 +151,7 @@ impl SideEffect {
             // Plain structs of strings: serialization cannot fail.
             payload: serde_json::to_string(payload).expect("payload serializes"),
             about: None,
+            target: None,
         }
     }
 
@@ -210,9 +214,13 @@ const INSERT_ROW: &str = "INSERT INTO outbox \
 /// The outbox row for a side effect, for the effect batch, and its key.
 pub fn insert(event: &VerifiedEvent, side_effect: SideEffect, now: i64) -> (Statement, String) {
     let action = side_effect.action.name();
+    let keyed_as = match &side_effect.target {
+        Some(target) => format!("{action} {target}"),
+        None => action.to_string(),
+    };
     let key = match &side_effect.about {
-        Some((kind, id)) => idempotency_key(kind, id, action),
-        None => idempotency_key(&event.source, &event.id, action),
+        Some((kind, id)) => idempotency_key(kind, id, &keyed_as),
+        None => idempotency_key(&event.source, &event.id, &keyed_as),
     };
     let statement = Statement::new(
         INSERT_ROW,

@@ -39,8 +39,10 @@ pub fn settings(env: &Env) -> AlertSettings {
 /// Where an alert sends the operator to act.
 #[cfg(feature = "dashboard")]
 const ACT_IN: &str = "the dashboard (/admin)";
-#[cfg(not(feature = "dashboard"))]
+#[cfg(all(feature = "admin", not(feature = "dashboard")))]
 const ACT_IN: &str = "the admin API (/admin/api)";
+#[cfg(not(any(feature = "admin", feature = "dashboard")))]
+const ACT_IN: &str = "the admin API (a build with the admin feature)";
 
 /// What an alert reports.
 pub enum Alert<'a> {

@@ -107,3 +107,18 @@ export const EVENTS = {
 // needs: hmac
 /** It signs for one shape of generic HMAC source only: the `acme` one. */
 EVENTS.hmac.signs = (source) => source.header === "X-Acme-Signature";
+
+/**
+ * The header holding an event's id where the signature does not cover it:
+ * the same signed body under a fresh id there must still be a duplicate.
+ */
+export const UNSIGNED_ID = {
+  // needs: github
+  github: "x-github-delivery",
+  // needs: shopify
+  shopify: "x-shopify-event-id",
+  // needs: linear
+  linear: "linear-delivery",
+  // needs: twilio
+  twilio: "i-twilio-idempotency-token",
+};

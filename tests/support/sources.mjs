@@ -13,6 +13,9 @@ const signable = ([, source]) => EVENTS[source.provider] && (EVENTS[source.provi
 export const SOURCES = DECLARED.filter(signable);
 /** The names of the others. */
 export const UNSIGNABLE = DECLARED.filter((source) => !signable(source)).map(([name]) => name);
+if (!SOURCES.length) {
+  throw new Error(`wrangler.toml declares no source tests/support/events.mjs can sign (${UNSIGNABLE.join(", ")}): add its events there`);
+}
 /** The first signable source's name, and its provider. */
 export const [FIRST, { provider: FIRST_PROVIDER }] = SOURCES[0];
 

@@ -25,7 +25,7 @@ CREATE TABLE outbox (
     idempotency_key TEXT PRIMARY KEY,   -- sha256(source, event id, action), hex
     source          TEXT    NOT NULL,
     event_id        TEXT    NOT NULL,
-    action          TEXT    NOT NULL,   -- send_email, notify_chat, notify_operator
+    action          TEXT    NOT NULL,   -- send_email, notify_chat, call_http, notify_operator
     payload         TEXT    NOT NULL,   -- JSON, what the performer needs
     status          TEXT    NOT NULL DEFAULT 'pending', -- pending | sending | sent | dead
     attempts        INTEGER NOT NULL DEFAULT 0,
