@@ -10,21 +10,23 @@ use serde_json::value::RawValue;
 use super::{post_json, unconfigured, Action, Call, CallError, Performed, SideEffect};
 use crate::config;
 
-/// A POST of `body` to the URL in the variable (or secret) `target`.
+/// A POST of `body` to the URL in the variable (or secret) `target`. Made
+/// only by [`HttpCall::new`], so that where a call goes is a constant.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct HttpCall {
     /// The variable holding the URL: a name of A-Z, 0-9 and `_` that ends in
     /// `_URL`, and none of the worker's own targets (`ALERT_URL`, …).
-    pub target: String,
+    target: String,
     /// What is posted, as it will be sent.
-    pub body: Box<RawValue>,
+    body: Box<RawValue>,
 }
 
 impl HttpCall {
-    /// A call of `target` with `body` as JSON. As with every payload, a
-    /// body serde_json cannot write (a map with keys that are not strings)
-    /// is a bug in the effect, and panics in its tests.
-    /// `target` is a constant: an event's data never picks where a call goes.
+    /// A call of `target` with `body` as JSON. `target` is a constant: an
+    /// event's data never picks where a call goes.
+    ///
+    /// As with every payload, a body serde_json cannot write (a map whose
+    /// keys are not strings) is a bug in the effect, and panics in its tests.
     pub fn new(target: &'static str, body: &impl Serialize) -> Self {
         let json = serde_json::to_string(body).expect("the body serializes");
         HttpCall {
@@ -99,7 +101,7 @@ mod tests {
     #[test]
     fn one_event_calls_each_target_once_under_its_own_key() {
         let event = crate::effects::tests::event("example", "ping", "{}");
-        let key = |target| super::super::insert(&event, HttpCall::new(target, &()).post(), 1).1;
+        let key = |target| crate::outbox::insert(&event, HttpCall::new(target, &()).post(), 1).1;
         assert_eq!(key("CRM_URL"), key("CRM_URL"));
         assert_ne!(key("CRM_URL"), key("FULFILMENT_URL"));
     }

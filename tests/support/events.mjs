@@ -42,6 +42,9 @@ export const TEST_SECRETS = {
   hmac: "e2e_acme_secret",
 };
 
+/** A wrong secret in the form `provider`'s take (a whsec_ one decodes): a forged signature. */
+export const forgedSecret = (provider) => (TEST_SECRETS[provider].startsWith("whsec_") ? "whsec_Zm9yZ2VkLWtleS1mb3ItdGVzdHM=" : "forged-secret");
+
 export const EVENTS = {
   // needs: stripe
   stripe(secret) {

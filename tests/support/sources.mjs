@@ -4,7 +4,7 @@
 // sign (a generic source of another shape) are listed apart.
 import { unstable_readConfig } from "wrangler";
 
-import { EVENTS, TEST_SECRETS } from "./events.mjs";
+import { EVENTS, TEST_SECRETS, forgedSecret } from "./events.mjs";
 
 const DECLARED = Object.entries(unstable_readConfig({ config: "wrangler.toml" }).vars.SOURCES);
 const signable = ([, source]) => EVENTS[source.provider] && (EVENTS[source.provider].signs?.(source) ?? true);
@@ -30,10 +30,10 @@ export function eventOf(name, secret) {
   return EVENTS[source.provider](secret ?? TEST_SECRETS[source.provider], name);
 }
 
-/** An event of `name` signed with a wrong secret, in the form its secrets take (a whsec_ one decodes). */
+/** An event of `name` signed with a wrong secret. */
 export function forgedOf(name) {
   const [, { provider }] = SOURCES.find(([n]) => n === name);
-  return eventOf(name, TEST_SECRETS[provider].startsWith("whsec_") ? "whsec_Zm9yZ2VkLWtleS1mb3ItdGVzdHM=" : "forged-secret");
+  return eventOf(name, forgedSecret(provider));
 }
 
 /** Sends `event` to source `name` on worker `w`: its status and JSON body. */
