@@ -1,12 +1,14 @@
 // The guarantees, on whatever this copy receives: every source in
-// wrangler.toml gets storms of copies and forged signatures, and the first
-// one the faults — a crash between claim and effect, a lost reply after the
-// commit, an effect that never succeeds — and the outbox's retries, lease
-// and fencing, through the operators' alert and a side effect the tests add
-// (`x-test-fault: with-side-effect`). No demo effect is needed: this file
-// stays in every generated copy.
+// wrangler.toml gets storms of copies and forged signatures (and, where the
+// id is unsigned, its body under fresh ids), and the first one an oversized
+// body, a blank secret and the faults — a crash between claim and effect, a
+// lost reply after the commit, an effect that never succeeds — and the
+// outbox's retries, lease and fencing, through the operators' alert and a
+// side effect the tests add (`x-test-fault: with-side-effect`). No demo
+// effect is needed: this file stays in every generated copy.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+
 import { UNSIGNED_ID } from "./support/events.mjs";
 import { FIRST, FIRST_PROVIDER, SOURCES, SOURCE_SECRETS, UNSIGNABLE, eventOf, forgedOf, secretVar, send as sendTo } from "./support/sources.mjs";
 import { eventually, startWorker } from "./support/worker.mjs";
