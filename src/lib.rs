@@ -31,8 +31,8 @@
 //!
 //! Shared chores, one way each: [`config`] (vars and secrets, errors that
 //! name the variable), [`d1`] (statements and typed rows), [`clock`],
-//! [`log`] (one JSON object per line), [`http`] (capped bodies, outgoing
-//! POSTs), [`failed_events`] and [`stats`] (what operators see), and
+//! [`log`] (one JSON object per line), [`names`] (the names enums are
+//! stored under), [`http`] (capped bodies, outgoing POSTs), [`failed_events`] and [`stats`] (what operators see), and
 //! [`fault`] (the faults the end-to-end tests inject).
 
 #[cfg(any(feature = "admin", feature = "dashboard"))]
