@@ -33,6 +33,8 @@ import { createInterface } from "node:readline/promises";
 
 import { unstable_readConfig, unstable_splitSqlQuery } from "wrangler";
 
+import { secretVar } from "./secret-var.mjs";
+
 const CONFIG_PATH = "wrangler.toml";
 const PLACEHOLDER_ID = /^0{8}-0{4}-0{4}-0{4}-0{12}$/;
 const TOKEN_FILE = ".admin-token";
@@ -172,7 +174,7 @@ if (!listedSecrets.ok && !firstDeploy) stop(`\`wrangler secret list\` failed:\n$
 const present = new Set(firstDeploy ? [] : JSON.parse(listedSecrets.out || "[]").map((s) => s.name));
 const wanted = new Map();
 for (const [name, source] of sources) {
-  const variable = source.secret ?? `${name.toUpperCase().replaceAll("-", "_")}_WEBHOOK_SECRET`;
+  const variable = secretVar(name, source);
   const why = wanted.get(variable)?.why ?? `the ${source.provider} signing secret of source "${name}"`;
   wanted.set(variable, { why });
 }

@@ -245,24 +245,14 @@ describe("signing out", () => {
   test("revokes the session on the server: a copy of its cookie is refused, other sessions stay", async () => {
     const w = await startWorker({ ADMIN_TOKEN: TOKEN });
     try {
-      const signIn = async () => {
-        const res = await w.mf.dispatchFetch("http://localhost/admin/login", {
-          method: "POST",
-          body: `token=${TOKEN}`,
-          headers: { "content-type": "application/x-www-form-urlencoded" },
-          redirect: "manual",
-        });
-        assert.equal(res.status, 303);
-        return res.headers.get("set-cookie").split(";")[0];
-      };
       const page = async (cookie) => {
         const res = await w.mf.dispatchFetch("http://localhost/admin", { headers: { cookie } });
         await res.arrayBuffer();
         return res.status;
       };
-      const mine = await signIn();
+      const mine = await w.signIn(TOKEN);
       await sleep(5); // another issue time, so another session
-      const theirs = await signIn();
+      const theirs = await w.signIn(TOKEN);
       assert.notEqual(mine, theirs);
       assert.equal(await page(mine), 200);
       const out = await w.mf.dispatchFetch("http://localhost/admin/logout", {
@@ -309,13 +299,7 @@ describe("an event page", () => {
       const delivery = uniqueId("d");
       const headers = githubHeaders(body, SOURCE_SECRETS.GITHUB_WEBHOOK_SECRET, { delivery, event: "issues" });
       assert.equal((await reply(await w.post("/webhooks/github", body, headers))).body.outcome, "processed");
-      const signIn = await w.mf.dispatchFetch("http://localhost/admin/login", {
-        method: "POST",
-        body: `token=${TOKEN}`,
-        headers: { "content-type": "application/x-www-form-urlencoded" },
-        redirect: "manual",
-      });
-      const cookie = signIn.headers.get("set-cookie").split(";")[0];
+      const cookie = await w.signIn(TOKEN);
       const res = await w.mf.dispatchFetch(`http://localhost/admin/events/github/${delivery}`, { headers: { cookie } });
       assert.equal(res.status, 200);
       const html = await res.text();

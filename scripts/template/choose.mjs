@@ -15,6 +15,7 @@ import { dirname, join } from "node:path";
 
 import { cutItems, fileNeedsMissing, pruneCfg, pruneNeeds } from "./prune.mjs";
 import { copyReadme } from "./readme.mjs";
+import { secretVar } from "../secret-var.mjs";
 import { SOURCES } from "./sources.mjs";
 
 const [list, demosArg, dashboardArg, name] = process.argv.slice(2);
@@ -134,7 +135,9 @@ if (!everything) {
   const features = [...keptFeatures, "admin", ...(dashboard ? ["dashboard"] : [])].join(",");
   wrangler = wrangler.replace(/WORKER_FEATURES=[a-z,-]+/, `WORKER_FEATURES=${features}`);
   write("wrangler.toml", wrangler);
-  const secrets = chosen.map((p) => `${SOURCES[p].secretVar}=${SOURCES[p].localSecret}`).join("\n");
+  // The source's name: the first word of its `name = { … }` line.
+  const sourceName = (p) => SOURCES[p].source.match(/^([a-z0-9_-]+) = /m)[1];
+  const secrets = chosen.map((p) => `${secretVar(sourceName(p))}=${SOURCES[p].localSecret}`).join("\n");
   write(".dev.vars.example", read(".dev.vars.example").replace(/^([A-Z_]+_WEBHOOK_SECRET=.*\n)+/m, `${secrets}\n`));
   write("Makefile", read("Makefile").replace(/^MINIMAL := .*$/m, `MINIMAL := ${firstFeature}`));
 }

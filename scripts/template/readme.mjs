@@ -4,6 +4,7 @@
 // from the same steps `make template-check` applies and tests.
 import { readFileSync, writeFileSync } from "node:fs";
 
+import { secretVar } from "../secret-var.mjs";
 import { RECIPES } from "./recipes.mjs";
 
 /** One step of a recipe, as the README tells it. */
@@ -35,7 +36,7 @@ export function recipesPage(copy, intro) {
 /** The sources the copy's wrangler.toml declares: [name, provider]. */
 function declaredSources() {
   const table = readFileSync("wrangler.toml", "utf8").split("[vars.SOURCES]\n")[1].split("\n\n")[0];
-  return [...table.matchAll(/^([a-z0-9_-]+) = \{ provider = "([a-z-]+)"/gm)].map((m) => [m[1], m[2]]);
+  return [...table.matchAll(/^([a-z0-9_-]+) = \{ provider = "([a-z-]+)"(?:.*\bsecret = "([A-Z0-9_]+)")?/gm)].map((m) => [m[1], m[2], m[3]]);
 }
 
 export function copyReadme({ name, providers, demos, dashboard }) {
@@ -45,8 +46,8 @@ export function copyReadme({ name, providers, demos, dashboard }) {
     "docs/recipes.md",
     recipesPage(copy, "The recipes of this copy's README, step by step, with their code. Each was applied to a\ncopy like this one and its tests run before the template was released."),
   );
-  const rows = declaredSources().map(([source, provider]) => {
-    const secret = `${source.toUpperCase().replaceAll("-", "_")}_WEBHOOK_SECRET`;
+  const rows = declaredSources().map(([source, provider, setting]) => {
+    const secret = secretVar(source, { secret: setting });
     return `| \`${source}\` | ${provider} | \`POST /webhooks/${source}\` | \`${secret}\` |`;
   });
 

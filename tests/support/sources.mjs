@@ -4,6 +4,7 @@
 // sign (a generic source of another shape) are listed apart.
 import { unstable_readConfig } from "wrangler";
 
+import { secretVar } from "../../scripts/secret-var.mjs";
 import { EVENTS, TEST_SECRETS, forgedSecret } from "./events.mjs";
 
 const DECLARED = Object.entries(unstable_readConfig({ config: "wrangler.toml" }).vars.SOURCES);
@@ -19,8 +20,7 @@ if (!SOURCES.length) {
 /** The first signable source's name, and its provider. */
 export const [FIRST, { provider: FIRST_PROVIDER }] = SOURCES[0];
 
-/** The variable holding source `name`'s secret, as the worker reads it (src/sources.rs). */
-export const secretVar = (name, source) => source.secret ?? `${name.toUpperCase().replaceAll("-", "_")}_WEBHOOK_SECRET`;
+export { secretVar };
 /** The worker's secrets for the tests: each source's under its variable. */
 export const SOURCE_SECRETS = Object.fromEntries(SOURCES.map(([name, source]) => [secretVar(name, source), TEST_SECRETS[source.provider]]));
 
