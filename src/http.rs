@@ -10,7 +10,21 @@ use worker::{web_sys, Request, Result};
 /// `RequestInit` also serializes its `cf` options (unused here) with
 /// serde-wasm-bindgen, which costs about 10 KB of wasm.
 pub fn post(url: &str, body: &str, headers: &[(&str, &str)]) -> Result<Request> {
+    request(url, body, headers, false)
+}
+
+/// A POST as [`post`] whose redirects are answers, not followed: a
+/// redirected POST arrives as a GET, without its body.
+pub fn post_unredirected(url: &str, body: &str, headers: &[(&str, &str)]) -> Result<Request> {
+    request(url, body, headers, true)
+}
+
+fn request(url: &str, body: &str, headers: &[(&str, &str)], manual: bool) -> Result<Request> {
     let init = web_sys::RequestInit::new();
+    if manual {
+        // Set as a plain property: web-sys's setter needs a feature for one enum.
+        js_sys::Reflect::set(&init, &"redirect".into(), &"manual".into())?;
+    }
     init.set_method("POST");
     init.set_body(&JsValue::from_str(body));
     if !headers.is_empty() {

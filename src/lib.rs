@@ -18,6 +18,9 @@
 //!   [`ledger`] row that makes it happen once, and the outbox rows of its
 //!   side effects. **Add an effect** there: one file, its `mod` line and its
 //!   line in `EFFECTS`.
+//! - [`forward`]: with no code, events are also delivered to your own
+//!   endpoints (`[vars.DESTINATIONS]`), once per destination, signed as
+//!   Standard Webhooks, retried, with a breaker per destination.
 //! - [`outbox`]: after the commit, side effects (an `Email`, a
 //!   `ChatMessage`) go through a Queue; the consumer performs each once,
 //!   under its own idempotency key, and a cron relay re-sends what a lost
@@ -45,6 +48,7 @@ pub mod effects;
 pub mod event;
 pub mod failed_events;
 pub mod fault;
+pub mod forward;
 pub mod http;
 pub mod inbox;
 pub mod ledger;
@@ -126,19 +130,27 @@ async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
     }
 }
 
-/// The outbox consumer: performs side effects, each under its own key.
+/// The queues' consumers: the outbox performs side effects, each under its
+/// own key; the forward queue delivers events to their destinations.
 #[event(queue)]
 async fn queue(batch: MessageBatch<JsValue>, env: Env, _ctx: Context) -> Result<()> {
     log::configure(&env);
-    outbox::consumer::consume(batch, &env).await
+    if batch.queue() == config::FORWARD_QUEUE {
+        forward::consumer::consume(batch, &env).await
+    } else {
+        outbox::consumer::consume(batch, &env).await
+    }
 }
 
-/// The cron relay (`[triggers] crons`): re-sends outbox rows whose queue
-/// message was lost.
+/// The cron relays (`[triggers] crons`): re-send outbox rows and forward
+/// deliveries whose queue message was lost, and the breakers' probes.
 #[event(scheduled)]
 async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     log::configure(&env);
     if let Err(e) = outbox::relay::run(&env).await {
         log::error(&log::Line::new("outbox_relay_failed").error(e));
+    }
+    if let Err(e) = forward::relay::run(&env).await {
+        log::error(&log::Line::new("forward_relay_failed").error(e));
     }
 }

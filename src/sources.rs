@@ -30,6 +30,9 @@ pub struct SourceConfig {
     pub secret: Option<String>,
     /// Overrides `SIGNATURE_TOLERANCE_SECS` for this source.
     pub tolerance_secs: Option<u64>,
+    /// The destinations (`[vars.DESTINATIONS]`) its events are forwarded to.
+    #[serde(default)]
+    pub forward: Vec<String>,
     /// Without code: the header carrying the signature.
     pub header: Option<String>,
     /// Without code: a prefix before the signature, e.g. `sha256=`.

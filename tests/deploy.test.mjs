@@ -30,6 +30,7 @@ const ROOT = resolve(import.meta.dirname, "..");
 const CONFIG = unstable_readConfig({ config: join(ROOT, "wrangler.toml") });
 const DATABASE = CONFIG.d1_databases[0].database_name;
 const [QUEUE, DLQ] = [CONFIG.queues.consumers[0].queue, CONFIG.queues.consumers[0].dead_letter_queue];
+const FORWARD_QUEUE = CONFIG.queues.consumers[1].queue;
 let dir;
 let env;
 
@@ -101,6 +102,7 @@ test("a first deploy creates what is missing, sets the secrets, deploys and prin
     "queues list",
     `queues create ${QUEUE}`,
     `queues create ${DLQ}`,
+    `queues create ${FORWARD_QUEUE}`,
     "secret list",
     "secret bulk",
     "deploy",
@@ -128,7 +130,7 @@ test("a first deploy creates what is missing, sets the secrets, deploys and prin
 
 test("a second deploy changes nothing that exists", async () => {
   const before = { account: account(), toml: toml() };
-  // One queue per page of `queues list`: both are found on later pages.
+  // One queue per page of `queues list`: all three are found on later pages.
   const { commands } = await deploy({ FAKE_QUEUE_PAGE_SIZE: "1" });
   assert.deepEqual(commands, [
     "whoami --json",
@@ -136,6 +138,7 @@ test("a second deploy changes nothing that exists", async () => {
     "d1 migrations apply DB --remote",
     "queues list",
     "queues list --page 2",
+    "queues list --page 3",
     "secret list",
     "deploy",
   ]);

@@ -2,7 +2,8 @@
 // src/, tests/, cli/, wrangler.toml, migrations/ or the README that names an
 // unchosen provider or, without the demos, a demo. A word inside another
 // ("start") is no name; the generic HMAC provider's names are `"hmac"` and
-// "generic hmac", not the algorithm's. `node names.mjs <providers> <demos>`
+// "generic hmac", not the algorithm's; the Standard Webhooks provider's is
+// standard-webhooks (or _), not the spec's. `node names.mjs <providers> <demos>`
 // in a copy prints them and fails if there are any.
 import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
@@ -22,7 +23,11 @@ function unchosen(providers, demos) {
   const named = words.filter((p) => !(p === "standard-webhooks" && providers.includes("svix")));
   // As choose.mjs: the demos are Stripe's and GitHub's.
   if (!demos || !providers.some((p) => p === "stripe" || p === "github")) named.push(...DEMO_NAMES);
-  return named.map((word) => [word, new RegExp(word === "hmac" ? '"hmac"|generic[-_ ]hmac' : `\\b${word.replace(/-/g, "[-_ ]")}\\b`, "i")]);
+  // "Standard Webhooks", the spec, is also how forwarding signs: only the
+  // provider's own name, with - or _, is the provider's.
+  const pattern = (word) =>
+    word === "hmac" ? '"hmac"|generic[-_ ]hmac' : word === "standard-webhooks" ? "\\bstandard[-_]webhooks\\b" : `\\b${word.replace(/-/g, "[-_ ]")}\\b`;
+  return named.map((word) => [word, new RegExp(pattern(word), "i")]);
 }
 
 /** `[word, "file:line: text"]` for each line of `dir` naming what was not chosen. */

@@ -11,6 +11,11 @@
 //! - `POST /admin/api/outbox/{key}/requeue`: a dead row made due and sent
 //! - `GET  /admin/api/stats`: per source, the delivery counters (`stats`)
 //!   and exact counts from the ledger, `failed_events` and `outbox`
+//! - `GET  /admin/api/destinations`: each destination's state, backlog,
+//!   dead count, success rate, p50/p99 latency and last error
+//! - `POST /admin/api/destinations/{name}/requeue|pause|resume|enable`
+//! - `POST /admin/api/deliveries/{id}/redeliver`: again, under the same
+//!   `webhook-id`
 
 use serde::Serialize;
 use worker::{Env, Method, Request, Response, Result};
@@ -18,6 +23,8 @@ use worker::{Env, Method, Request, Response, Result};
 use super::queries::{self, EventFilter, Listing};
 use super::{admin_token, bearer, decode, guard, token_matches, Closed, Denied, Query};
 use crate::d1::Json;
+use crate::forward::operate::{self, DestinationAction};
+use crate::forward::report;
 use crate::inbox::client::{self, ActionResult, Answer};
 use crate::inbox::state::Outcome;
 use crate::log::{self, Line};
@@ -62,6 +69,35 @@ pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
         (Method::Post, ["events", source, id, "dismiss"]) => dismiss(env, source, id).await,
         (Method::Get, ["outbox"]) => list_outbox(env, &query).await,
         (Method::Post, ["outbox", key, "requeue"]) => requeue(env, key).await,
+        (Method::Get, ["destinations"]) => {
+            #[derive(Serialize)]
+            struct Destinations {
+                destinations: Vec<report::DestinationReport>,
+            }
+            let destinations = report::destinations(env).await?;
+            Response::from_json(&Destinations { destinations })
+        }
+        (Method::Post, ["destinations", name, action]) => {
+            let Some(action) = DestinationAction::from_name(action) else {
+                return Response::error("the action must be requeue, pause, resume or enable", 404);
+            };
+            #[derive(Serialize)]
+            struct Done {
+                changed: bool,
+            }
+            let changed = operate::destination(env, name, action).await?;
+            Response::from_json(&Done { changed })
+        }
+        (Method::Post, ["deliveries", id, "redeliver"]) => {
+            if !operate::redeliver(env, id).await? {
+                return Response::error("no dead or delivered delivery with that id", 404);
+            }
+            #[derive(Serialize)]
+            struct Redelivered {
+                redelivered: bool,
+            }
+            Response::from_json(&Redelivered { redelivered: true })
+        }
         (Method::Get, ["stats"]) => {
             #[derive(Serialize)]
             struct StatsAnswer {

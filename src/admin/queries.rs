@@ -7,6 +7,7 @@ use worker::{Env, Result};
 
 use crate::clock::now_ms;
 use crate::d1::{Db, Json, Statement};
+use crate::forward::report::DeliveryReport;
 use crate::inbox::client::{self, InboxState};
 use crate::names::named_enum;
 use crate::outbox::{self, OutboxStatus};
@@ -71,6 +72,8 @@ pub struct Records {
     pub ledger: Option<LedgerRow>,
     pub failure: Option<FailureRow>,
     pub outbox: Vec<OutboxRow>,
+    /// Its deliveries to destinations (see `forward`).
+    pub forwards: Vec<DeliveryReport>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -186,7 +189,7 @@ pub async fn events(
 }
 
 /// One event: its inbox's state and its records in D1 (ledger row,
-/// failure, outbox rows; an operators' alert that names it is not one of
+/// failure, outbox rows, deliveries; an operators' alert that names it is not one of
 /// its side effects).
 pub async fn event<'a>(env: &Env, source: &'a str, id: &'a str) -> Result<EventDetail<'a>> {
     let records = Statement::new(
@@ -200,7 +203,13 @@ pub async fn event<'a>(env: &Env, source: &'a str, id: &'a str) -> Result<EventD
                  'action', action, 'status', status, 'attempts', attempts, \
                  'last_error', last_error, 'note', note, 'updated_at', updated_at)) \
                  FROM (SELECT * FROM outbox WHERE source = ?1 AND event_id = ?2 \
-                   AND action != 'notify_operator' ORDER BY created_at, idempotency_key))) AS json",
+                   AND action != 'notify_operator' ORDER BY created_at, idempotency_key)), \
+             'forwards', (SELECT json_group_array(json_object('delivery_id', delivery_id, \
+                 'destination', destination, 'status', status, 'attempts', attempts, \
+                 'last_status', last_status, 'last_error', last_error, 'latency_ms', latency_ms, \
+                 'next_attempt_at', next_attempt_at, 'delivered_at', delivered_at)) \
+                 FROM (SELECT * FROM forwards WHERE source = ?1 AND event_id = ?2 \
+                   ORDER BY destination))) AS json",
         vec![source.into(), id.into()],
     );
     let records = one(env, records).await?;

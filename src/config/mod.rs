@@ -8,9 +8,8 @@ use worker::Env;
 
 mod values;
 
-use self::values::{
-    check_admin_token, doubling, duration_ms, is_http_url, jitter, random_unit, DAY_MS,
-};
+use self::values::{check_admin_token, doubling, jitter, random_unit};
+pub use self::values::{duration_ms, is_http_url, DAY_MS};
 
 /// The Durable Object namespace of the event inboxes.
 pub const INBOX_BINDING: &str = "EVENT_INBOX";
@@ -18,6 +17,10 @@ pub const INBOX_BINDING: &str = "EVENT_INBOX";
 pub const OUTBOX_BINDING: &str = "OUTBOX";
 /// Where rows that exhausted their attempts are sent, for operators.
 pub const OUTBOX_DLQ_BINDING: &str = "OUTBOX_DLQ";
+/// The queue carrying forward delivery ids to their consumer, and its name
+/// in `wrangler.toml` (how the consumer tells its batches apart).
+pub const FORWARD_BINDING: &str = "FORWARD";
+pub const FORWARD_QUEUE: &str = "webhook-forward";
 /// The one object counting admin credential failures and holding revoked
 /// sessions (`admin_guard`).
 pub const GUARD_BINDING: &str = "ADMIN_GUARD";
@@ -179,6 +182,46 @@ impl OutboxSettings {
     pub fn call_timeout_ms(&self) -> u32 {
         u32::try_from(self.lease_ms / 2).unwrap_or(u32::MAX).max(1)
     }
+}
+
+/// What forwarding's consumer and relay need besides the destinations.
+pub struct ForwardSettings {
+    /// First retry delay and how long a claim holds a row: the outbox's
+    /// (`OUTBOX_RETRY_BASE_SECS`, `OUTBOX_LEASE_MS`, `OUTBOX_RELAY_GRACE_MS`).
+    pub outbox: OutboxSettings,
+    /// Consecutive failed attempts that open a destination's breaker
+    /// (`FORWARD_BREAKER_FAILURES`, default 5).
+    pub breaker_failures: i64,
+    /// While open, one probe per this many seconds (`FORWARD_PROBE_SECS`,
+    /// default 30).
+    pub probe_secs: u32,
+}
+
+impl ForwardSettings {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let settings = ForwardSettings {
+            outbox: OutboxSettings::from_env(env)?,
+            breaker_failures: number(env, "FORWARD_BREAKER_FAILURES", 5)?,
+            probe_secs: number(env, "FORWARD_PROBE_SECS", 30)?,
+        };
+        if settings.breaker_failures < 1 || settings.probe_secs < 1 {
+            return Err(ConfigError(
+                "FORWARD_BREAKER_FAILURES and FORWARD_PROBE_SECS must be 1 or more".into(),
+            ));
+        }
+        Ok(settings)
+    }
+}
+
+/// An object var (`[vars.NAME]` in wrangler.toml) as JSON text; `None`
+/// when it is unset or not an object.
+pub fn object_json(env: &Env, name: &str) -> Option<String> {
+    use worker::{js_sys, wasm_bindgen::JsValue};
+    let value = js_sys::Reflect::get(env, &JsValue::from_str(name)).ok()?;
+    if !value.is_object() {
+        return None;
+    }
+    js_sys::JSON::stringify(&value).ok()?.as_string()
 }
 
 /// Whether the end-to-end tests' fault switches are honoured

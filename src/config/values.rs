@@ -3,7 +3,7 @@
 
 use super::{ConfigError, ADMIN_TOKEN_MIN_BYTES};
 
-pub(super) const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+pub const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// `base` after the first failure, doubling with each one after, at most `cap`.
 pub(super) fn doubling(base: i64, failures: i64, cap: i64) -> i64 {
@@ -30,7 +30,7 @@ pub(super) fn random_unit() -> f64 {
 }
 
 /// Parses `30d`, `12h`, `15m` or `90s` into milliseconds.
-pub(super) fn duration_ms(value: &str) -> Option<i64> {
+pub fn duration_ms(value: &str) -> Option<i64> {
     let value = value.trim();
     let unit_ms = match value.chars().last()? {
         's' => 1000,
@@ -47,7 +47,7 @@ pub(super) fn duration_ms(value: &str) -> Option<i64> {
 /// a name or an address, and no whitespace or control character: the
 /// shape of a webhook URL. (Not a full parse: the `url` crate's IDNA
 /// tables would add 70 KB to the gzipped worker for one setting.)
-pub(super) fn is_http_url(url: &str) -> bool {
+pub fn is_http_url(url: &str) -> bool {
     let Some((scheme, rest)) = url.split_once("://") else {
         return false;
     };

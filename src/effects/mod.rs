@@ -18,8 +18,8 @@ use serde::de::DeserializeOwned;
 pub use crate::d1::{Statement, Value};
 use crate::event::VerifiedEvent;
 use crate::fault::Fault;
-use crate::ledger;
 use crate::outbox::{self, ChatMessage, SideEffect};
+use crate::{forward, ledger};
 
 /// Which effect each event gets, by provider and event type. An event not
 /// listed has none: its ledger row alone records that it was handled. Where
@@ -63,12 +63,26 @@ pub enum PlanError {
     NotA(&'static str),
 }
 
-/// An event's effect: the batch to commit, and the keys of the outbox rows
-/// it writes (to enqueue once it has committed).
+/// An event's effect: the batch to commit, and the keys of the outbox and
+/// forward rows it writes (to enqueue once it has committed).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     pub batch: Vec<Statement>,
     pub outbox_keys: Vec<String>,
+    pub forward_ids: Vec<String>,
+}
+
+impl Plan {
+    /// Adds the event's deliveries to `destinations` to the batch (see
+    /// `forward`): they commit with its ledger row, or not at all.
+    #[inline(never)]
+    pub fn forwarding(mut self, event: &VerifiedEvent, destinations: &[String], now: i64) -> Self {
+        if let Some((rows, ids)) = forward::insert(event, destinations, now) {
+            self.batch.push(rows);
+            self.forward_ids = ids;
+        }
+        self
+    }
 }
 
 /// The full batch for an event: the ledger row first, then its writes, then
@@ -100,7 +114,11 @@ fn batch(event: &VerifiedEvent, effect: Effect, now: i64) -> Plan {
         .chain(effect.writes)
         .chain(outbox_rows)
         .collect();
-    Plan { batch, outbox_keys }
+    Plan {
+        batch,
+        outbox_keys,
+        forward_ids: Vec::new(),
+    }
 }
 
 // needs: stripe
@@ -139,6 +157,7 @@ pub(crate) mod tests {
             body: body.into(),
             fence: Some(crate::event::sha256_hex(body.as_bytes())),
             received_at: 1_000,
+            headers: None,
         }
     }
 
@@ -167,6 +186,19 @@ pub(crate) mod tests {
                 "{fault:?}"
             );
         }
+    }
+
+    #[test]
+    fn deliveries_commit_in_the_same_batch_after_the_ledger_row() {
+        let event = event("example", "ping", "{}");
+        let plan = plan(&event, 2, None).unwrap();
+        assert_eq!(plan.clone().forwarding(&event, &[], 2), plan);
+        let forwarded = plan.forwarding(&event, &["backend".into()], 2);
+        assert_eq!(forwarded.batch.len(), 2);
+        assert_eq!(forwarded.batch[0], ledger::row(&event, 2));
+        assert!(forwarded.batch[1].sql.starts_with("INSERT INTO forwards"));
+        let id = forward::delivery_id("example", "evt_1", "backend");
+        assert_eq!(forwarded.forward_ids, [id]);
     }
 
     #[test]

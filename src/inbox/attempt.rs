@@ -14,7 +14,7 @@ use crate::failed_events::{self, Recorded};
 use crate::fault::Fault;
 use crate::ledger::{self, Applied};
 use crate::log::{self, Line};
-use crate::outbox;
+use crate::{forward, outbox};
 use worker::Result;
 
 /// How one effect attempt ended.
@@ -229,8 +229,13 @@ impl EventInbox {
         }
         let plan = match plan {
             Planned::First(plan) => plan,
-            Planned::FromStore(stored) => effects::plan(event, now_ms(), stored)
-                .map_err(|e| format!("unplannable event: {e}"))?,
+            Planned::FromStore(stored) => {
+                let destinations =
+                    forward::destinations_for(&self.env, event).map_err(|e| e.to_string())?;
+                effects::plan(event, now_ms(), stored)
+                    .map_err(|e| format!("unplannable event: {e}"))?
+                    .forwarding(event, &destinations, now_ms())
+            }
         };
         let db = Db::from_env(&self.env).map_err(|e| e.to_string())?;
         let applied = ledger::apply(&db, event, &plan.batch)
@@ -249,7 +254,11 @@ impl EventInbox {
             Err("injected fault: enqueue".into())
         } else {
             let fault = fault.and_then(Fault::for_outbox);
-            outbox::enqueue(&self.env, &plan.outbox_keys, fault).await
+            let ids: Vec<(String, u32)> = plan.forward_ids.into_iter().map(|id| (id, 0)).collect();
+            let forwarded = forward::enqueue(&self.env, &ids).await;
+            outbox::enqueue(&self.env, &plan.outbox_keys, fault)
+                .await
+                .and(forwarded)
         };
         if let Err(e) = sent {
             // Nothing is lost: the rows are committed as pending, and the

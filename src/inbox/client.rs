@@ -21,6 +21,11 @@ use crate::providers::Verified;
 pub(super) const DELIVER: &str = "/deliver";
 /// `GET`: → [`InboxState`], 404 when the inbox holds nothing.
 pub(super) const STATE: &str = "/state";
+/// `GET`: → the body exactly as signed, with the headers forwarding sends
+/// on in [`FORWARD_HEADERS`]; 404 when the inbox holds nothing.
+pub(super) const BODY: &str = "/body";
+/// The response header carrying [`VerifiedEvent::headers`] (`[]` if none).
+pub(super) const FORWARD_HEADERS: &str = "x-forward-headers";
 /// `POST`: an operator's replay → [`Answer`].
 pub(super) const REPLAY: &str = "/replay";
 /// `POST`: an operator's dismissal → [`Answer`]; 409 unless failed.
@@ -62,6 +67,9 @@ impl Handoff {
         if let Some(fence) = &event.fence {
             query.append_pair("fence", fence);
         }
+        if let Some(headers) = &event.headers {
+            query.append_pair("headers", headers);
+        }
         if let Some(verified) = &self.verified {
             query
                 .append_pair("scheme", &verified.scheme)
@@ -80,7 +88,7 @@ impl Handoff {
     pub(super) fn from_parts(query: &str, body: String) -> std::result::Result<Handoff, String> {
         let (mut source, mut provider, mut id, mut kind, mut received_at) =
             (None, None, None, None, None);
-        let (mut fence, mut fault) = (None, None);
+        let (mut fence, mut fault, mut headers) = (None, None, None);
         let (mut scheme, mut secret, mut signed_at) = (None, None, None);
         for (name, value) in form_urlencoded::parse(query.as_bytes()) {
             let value = value.into_owned();
@@ -91,6 +99,7 @@ impl Handoff {
                 "type" => kind = Some(value),
                 "received_at" => received_at = value.parse().ok(),
                 "fence" => fence = Some(value),
+                "headers" => headers = Some(value),
                 "scheme" => scheme = Some(value),
                 "secret" => secret = Some(value.parse().map_err(|_| "handoff: bad secret")?),
                 "signed_at" => {
@@ -110,6 +119,7 @@ impl Handoff {
                 body,
                 fence,
                 received_at: received_at.ok_or_else(|| missing("received_at"))?,
+                headers,
             },
             verified: match (scheme, secret, signed_at) {
                 (Some(scheme), Some(secret), signed_at) => Some(Verified {
@@ -228,6 +238,22 @@ pub async fn state(env: &Env, source: &str, id: &str) -> Result<Option<Json<Inbo
     }
 }
 
+/// An event's body and the headers forwarding sends on (a JSON array of
+/// `[name, value]`), from its inbox; `None` when it holds nothing (past
+/// `RETENTION`).
+pub async fn body(env: &Env, source: &str, id: &str) -> Result<Option<(String, String)>> {
+    let mut response = stub(env, &dedupe_key(source, id))?
+        .fetch_with_str(&url(BODY))
+        .await?;
+    if response.status_code() != 200 {
+        return Ok(None);
+    }
+    let headers = response.headers().get(FORWARD_HEADERS)?;
+    let body = String::from_utf8(response.bytes().await?)
+        .map_err(|_| worker::Error::RustError("inbox body: not UTF-8".into()))?;
+    Ok(Some((body, headers.unwrap_or_else(|| "[]".into()))))
+}
+
 /// What an operator's action on an event came to.
 pub enum ActionResult {
     Done(Answer),
@@ -284,6 +310,9 @@ mod tests {
             body: "{\"id\":\"x\",\"note\":\"a \\\"quoted\\\" é\"}".into(),
             fence: fence.map(Into::into),
             received_at: 1_796_000_000_123,
+            headers: Some(
+                r#"[["content-type","application/json; charset=utf-8"],["x-a","b&c=d"]]"#.into(),
+            ),
         }
     }
 

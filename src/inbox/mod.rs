@@ -43,10 +43,10 @@ use self::state::{AlarmTask, EventState, Held, Outcome, Rest};
 use self::store::{Claim, EventRow, Store};
 use crate::clock::now_ms;
 use crate::config::{ConfigError, InboxSettings, EFFECT_MAX_RETRY_DELAY_MS};
-use crate::effects;
 use crate::event::VerifiedEvent;
 use crate::fault::Fault;
 use crate::log::{self, Line};
+use crate::{effects, forward};
 
 /// The fallback an alarm arms before doing anything that could fail.
 const FALLBACK_ALARM_MS: i64 = 60_000;
@@ -98,6 +98,7 @@ impl DurableObject for EventInbox {
                 Some(state) => Response::from_json(&state),
                 None => Response::error("no event", 404),
             },
+            (Method::Get, client::BODY) => self.body(),
             (Method::Post, client::REPLAY) => match self.replay().await? {
                 Some(answer) => Response::from_json(&answer),
                 None => Response::error("no event", 404),
@@ -152,6 +153,18 @@ impl EventInbox {
         self.settings.as_ref().map_err(|e| e.clone().into())
     }
 
+    /// The body and the headers forwarding sends on (see [`client::BODY`]).
+    #[inline(never)]
+    fn body(&self) -> Result<Response> {
+        let Some(row) = self.store.load()? else {
+            return Response::error("no event", 404);
+        };
+        let headers = worker::Headers::new();
+        let forward = row.event.headers.as_deref().unwrap_or("[]");
+        headers.set(client::FORWARD_HEADERS, forward)?;
+        Ok(Response::ok(row.event.body)?.with_headers(headers))
+    }
+
     /// A finished event with nothing left to do: forgotten, or left to
     /// sleep until it may be.
     async fn rest(&self, rest: Rest) -> Result<Response> {
@@ -198,7 +211,10 @@ impl EventInbox {
         let plan = match stored {
             Some(_) => None,
             None => match effects::plan(&event, now_ms(), fault) {
-                Ok(plan) => Some(plan),
+                Ok(plan) => {
+                    let destinations = forward::destinations_for(&self.env, &event)?;
+                    Some(plan.forwarding(&event, &destinations, now_ms()))
+                }
                 Err(e) => return Response::error(e.to_string(), UNPLANNABLE),
             },
         };

@@ -26,7 +26,8 @@ const EVENT_TABLE: &str = "CREATE TABLE event (
         fence TEXT,
         sig_scheme TEXT,
         sig_secret INTEGER,
-        signed_at INTEGER
+        signed_at INTEGER,
+        headers TEXT
     )";
 
 /// Columns added since the first release, for inboxes created before
@@ -34,9 +35,10 @@ const EVENT_TABLE: &str = "CREATE TABLE event (
 /// `failed_events` lists the event (set when its failure is written,
 /// cleared when a later success is), `replay_of` names the event whose
 /// signed content this one repeated, `fence` is [`crate::event::VerifiedEvent::fence`],
-/// and `sig_*` and `signed_at` say how the first delivery was verified
-/// (`providers::Verified`).
-const EVENT_UPGRADES: [(&str, &str); 6] = [
+/// `sig_*` and `signed_at` say how the first delivery was verified
+/// (`providers::Verified`), and `headers` is what forwarding sends on
+/// ([`crate::event::VerifiedEvent::headers`]).
+const EVENT_UPGRADES: [(&str, &str); 7] = [
     (
         "reported",
         "ALTER TABLE event ADD COLUMN reported INTEGER NOT NULL DEFAULT 0",
@@ -52,6 +54,7 @@ const EVENT_UPGRADES: [(&str, &str); 6] = [
         "signed_at",
         "ALTER TABLE event ADD COLUMN signed_at INTEGER",
     ),
+    ("headers", "ALTER TABLE event ADD COLUMN headers TEXT"),
 ];
 
 /// The same for the deliveries table.

@@ -17,7 +17,7 @@ use crate::providers::Verified;
 /// so a body at the size cap loads whatever bytes it holds.
 const LOAD_EVENT: &str = "SELECT source, provider, event_id, type, body, received_at, state,
         effect_attempts, fault, last_error, done_at, reported, replay_of, fence,
-        sig_scheme, sig_secret, signed_at
+        sig_scheme, sig_secret, signed_at, headers
     FROM event";
 
 /// The held event and its progress.
@@ -52,6 +52,7 @@ impl EventRow {
                 fence: text(13),
                 body,
                 received_at: int(5).unwrap_or_default(),
+                headers: text(17),
             },
             state: EventState::from_name(&required(6)?).ok_or("inbox row: unknown state")?,
             effect_attempts: int(7).unwrap_or_default(),
@@ -166,12 +167,16 @@ impl Store {
             scheme,
             secret,
             signed_at,
+            event
+                .headers
+                .as_deref()
+                .map_or(SqlStorageValue::Null, Into::into),
         ]);
         let inserted = self.tables.first_into(
             Table::Event,
             "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault, fence,
-                 sig_scheme, sig_secret, signed_at)
-             VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 sig_scheme, sig_secret, signed_at, headers)
+             VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT (singleton) DO NOTHING
              RETURNING singleton",
             values,
@@ -344,8 +349,8 @@ fn held(row: &[SqlStorageValue]) -> Result<Held> {
 /// The `source, provider, event_id, type, body, received_at` columns of the
 /// event row, which every release's event table has.
 fn event_columns(event: &VerifiedEvent) -> Vec<SqlStorageValue> {
-    // Room for the claim's six more.
-    let mut columns = Vec::with_capacity(12);
+    // Room for the claim's seven more.
+    let mut columns = Vec::with_capacity(13);
     columns.extend([
         event.source.as_str().into(),
         event.provider.as_str().into(),

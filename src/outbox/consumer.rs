@@ -163,7 +163,7 @@ async fn handle(
                     enqueue_now(env, alert_key).await;
                 }
                 env.queue(OUTBOX_DLQ_BINDING)?
-                    .send_raw(Job::message(key, None)?)
+                    .send_raw(Job::message(key, 0, None)?)
                     .await?;
             }
             Ok(Next::Ack)

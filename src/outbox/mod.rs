@@ -21,6 +21,7 @@
 //! `notify_chat.rs` with its payload type and `perform` (payload → HTTP
 //! call), and a variant of [`Action`] with its arm in `Action::perform`.
 
+mod alert;
 mod call_http;
 pub mod consumer;
 mod notify_chat;
@@ -239,20 +240,35 @@ pub fn insert(event: &VerifiedEvent, side_effect: SideEffect, now: i64) -> (Stat
 /// A queue message: which row to perform. `fault` is for the end-to-end
 /// tests only (see [`Fault`]).
 #[derive(Serialize, Deserialize)]
-struct Job {
+pub(crate) struct Job {
     key: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     fault: Option<Fault>,
 }
 
 impl Job {
-    fn message(key: &str, fault: Option<Fault>) -> worker::Result<SendMessage<JsValue>> {
+    fn message(
+        key: &str,
+        delay_secs: u32,
+        fault: Option<Fault>,
+    ) -> worker::Result<SendMessage<JsValue>> {
         let job = serde_json::to_string(&Job {
             key: key.to_string(),
             fault,
         })?;
-        Ok(RawMessageBuilder::new(JsValue::from_str(&job))
-            .build_with_content_type(QueueContentType::Text))
+        let message = RawMessageBuilder::new(JsValue::from_str(&job));
+        let message = if delay_secs > 0 {
+            message.delay_seconds(delay_secs)
+        } else {
+            message
+        };
+        Ok(message.build_with_content_type(QueueContentType::Text))
+    }
+
+    /// The key of a message's body; `None` when it is not a job.
+    pub(crate) fn key_of(body: &JsValue) -> Option<String> {
+        let job: Job = serde_json::from_str(&body.as_string()?).ok()?;
+        Some(job.key)
     }
 }
 
@@ -263,11 +279,26 @@ const QUEUE_BATCH_LIMIT: usize = 100;
 /// failure here loses nothing: the rows are committed as `pending`, and the
 /// cron relay sends them later.
 pub async fn enqueue(env: &Env, keys: &[String], fault: Option<Fault>) -> worker::Result<()> {
-    let queue = env.queue(OUTBOX_BINDING)?;
-    for chunk in keys.chunks(QUEUE_BATCH_LIMIT) {
+    let jobs: Vec<(String, u32)> = keys.iter().map(|key| (key.clone(), 0)).collect();
+    send_jobs(env, OUTBOX_BINDING, &jobs, fault).await
+}
+
+/// Sends `(key, delay in seconds)` jobs to the queue `binding`, in batches
+/// the queue accepts.
+pub(crate) async fn send_jobs(
+    env: &Env,
+    binding: &str,
+    jobs: &[(String, u32)],
+    fault: Option<Fault>,
+) -> worker::Result<()> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let queue = env.queue(binding)?;
+    for chunk in jobs.chunks(QUEUE_BATCH_LIMIT) {
         let messages = chunk
             .iter()
-            .map(|key| Job::message(key, fault))
+            .map(|(key, delay)| Job::message(key, *delay, fault))
             .collect::<worker::Result<Vec<_>>>()?;
         queue.send_raw_batch(messages).await?;
     }

@@ -24,10 +24,13 @@ export { secretVar };
 /** The worker's secrets for the tests: each source's under its variable. */
 export const SOURCE_SECRETS = Object.fromEntries(SOURCES.map(([name, source]) => [secretVar(name, source), TEST_SECRETS[source.provider]]));
 
-/** A fresh signed event of source `name` (`{ id, body, headers }`), or one signed with `secret`. */
-export function eventOf(name, secret) {
+/**
+ * A fresh signed event of source `name` (`{ id, body, headers }`), or one
+ * signed with `secret`; with `size`, its body is exactly that many bytes.
+ */
+export function eventOf(name, secret, size) {
   const [, source] = SOURCES.find(([n]) => n === name);
-  return EVENTS[source.provider](secret ?? TEST_SECRETS[source.provider], name);
+  return EVENTS[source.provider](secret ?? TEST_SECRETS[source.provider], name, size);
 }
 
 /** An event of `name` signed with a wrong secret. */

@@ -30,11 +30,15 @@ export function fakeTarget() {
         url: request.url,
         idempotencyKey: request.headers.get("idempotency-key"),
         authorization: request.headers.get("authorization"),
+        headers: Object.fromEntries(request.headers),
         body: await request.text(),
       };
       target.calls.push(call);
-      const status = target.answer(call, target.calls.length);
-      return new Response(JSON.stringify({ id: `call_${target.calls.length}` }), { status });
+      // A status, or `{ status, headers }`.
+      const answer = target.answer(call, target.calls.length);
+      const { status, headers } = typeof answer === "number" ? { status: answer } : answer;
+      call.status = status;
+      return new Response(JSON.stringify({ id: `call_${target.calls.length}` }), { status, headers });
     },
     /** The calls to one URL prefix. */
     to: (prefix) => target.calls.filter((c) => c.url.startsWith(prefix)),

@@ -1,0 +1,439 @@
+//! `[vars.DESTINATIONS]`: where verified events are forwarded. Read and
+//! checked on every delivery, so that a wrong setting is a `500
+//! misconfigured` naming it before anything is stored, never an event
+//! acknowledged and then dropped.
+//!
+//! ```toml
+//! [vars.DESTINATIONS]
+//! backend = { url = "https://api.example.com/webhooks", secret = "BACKEND_SIGNING_SECRET", events = ["invoice.*"] }
+//! [vars.SOURCES]
+//! billing = { provider = "<provider>", forward = ["backend"] }
+//! ```
+
+use std::fmt;
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use worker::Env;
+
+use crate::config::{
+    self, duration_ms, is_http_url, ConfigError, InboxSettings, OutboxSettings, DAY_MS,
+};
+use crate::signature::{base64_decode, Secrets};
+
+/// How long a delivery is retried by default: as long as providers retry
+/// their own deliveries (3 days is common).
+const DEFAULT_MAX_AGE_MS: i64 = 3 * DAY_MS;
+const DEFAULT_TIMEOUT_MS: u32 = 10_000;
+/// By default `max_age` is what ends the retries, not a count.
+const DEFAULT_MAX_ATTEMPTS: i64 = 100;
+/// The shortest signing key accepted, decoded: the Standard Webhooks
+/// spec's lower bound.
+pub const KEY_MIN_BYTES: usize = 24;
+
+/// One destination as written in `wrangler.toml`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Written {
+    url: String,
+    secret: String,
+    events: Option<Vec<String>>,
+    timeout_ms: Option<u32>,
+    max_attempts: Option<i64>,
+    max_age: Option<String>,
+    headers: Option<Vec<String>>,
+}
+
+/// A destination, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    pub name: String,
+    pub url: String,
+    /// The variable holding its Standard Webhooks key(s).
+    pub secret_var: String,
+    /// Globs on the event type; `None`: every type.
+    pub events: Option<Vec<String>>,
+    pub timeout_ms: u32,
+    pub max_attempts: i64,
+    pub max_age_ms: i64,
+    /// Original request headers passed through, lower-case.
+    pub headers: Vec<String>,
+}
+
+impl Destination {
+    /// Whether an event of type `kind` goes here.
+    pub fn wants(&self, kind: &str) -> bool {
+        self.events
+            .as_ref()
+            .is_none_or(|globs| globs.iter().any(|glob| glob_matches(glob, kind)))
+    }
+
+    /// The signing keys: several during a rotation, each signing.
+    pub fn keys(&self, env: &Env) -> Result<Vec<Vec<u8>>, ConfigError> {
+        signing_keys(&self.secret_var, &config::secret(env, &self.secret_var)?)
+    }
+}
+
+/// What bounds a destination's settings.
+pub struct Bounds {
+    /// A body must still be in its inbox when the last retry reads it.
+    pub retention_ms: i64,
+    /// A call must end well before another consumer may take it over.
+    pub max_timeout_ms: u32,
+}
+
+impl Bounds {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Bounds {
+            retention_ms: InboxSettings::from_env(env)?.retention_ms,
+            max_timeout_ms: OutboxSettings::from_env(env)?.call_timeout_ms(),
+        })
+    }
+}
+
+/// Every destination, by name; none when `DESTINATIONS` is unset. Not
+/// inlined: the async functions that call it would each carry a copy.
+#[inline(never)]
+pub fn all(env: &Env, bounds: &Bounds) -> Result<Vec<Destination>, ConfigError> {
+    match config::object_json(env, "DESTINATIONS") {
+        Some(json) => parse(&json, bounds),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The destination called `name`, if declared.
+pub fn named<'a>(all: &'a [Destination], name: &str) -> Option<&'a Destination> {
+    all.iter().find(|d| d.name == name)
+}
+
+/// The destinations a source forwards an event of type `kind` to, checked,
+/// their keys too.
+#[inline(never)]
+pub fn routes(
+    env: &Env,
+    bounds: &Bounds,
+    source: &str,
+    forward: &[String],
+    kind: &str,
+) -> Result<Vec<Destination>, ConfigError> {
+    if forward.is_empty() {
+        return Ok(Vec::new());
+    }
+    let all = all(env, bounds)?;
+    let mut routes = Vec::new();
+    for name in forward {
+        let destination = named(&all, name).cloned().ok_or_else(|| {
+            ConfigError(format!(
+                "SOURCES.{source}.forward names {name}, which DESTINATIONS does not declare"
+            ))
+        })?;
+        destination.keys(env)?;
+        if destination.wants(kind) {
+            routes.push(destination);
+        }
+    }
+    Ok(routes)
+}
+
+fn parse(json: &str, bounds: &Bounds) -> Result<Vec<Destination>, ConfigError> {
+    let Entries(written) = serde_json::from_str(json)
+        .map_err(|_| ConfigError("DESTINATIONS must be a table of destinations".into()))?;
+    // In the order written.
+    written
+        .into_iter()
+        .map(|(name, value)| check(&name, &value, bounds))
+        .collect()
+}
+
+/// A JSON object's entries, values unread: a map type would cost more wasm.
+struct Entries(Vec<(String, Box<RawValue>)>);
+
+impl<'de> Deserialize<'de> for Entries {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Collect;
+        impl<'de> Visitor<'de> for Collect {
+            type Value = Entries;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a table")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(Entries(entries))
+            }
+        }
+        deserializer.deserialize_map(Collect)
+    }
+}
+
+fn check(name: &str, value: &RawValue, bounds: &Bounds) -> Result<Destination, ConfigError> {
+    let setting = |what: &str| format!("DESTINATIONS.{name}{what}");
+    let valid_name = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if !valid_name {
+        return Err(ConfigError(format!(
+            "{}: a name is 1 to 64 of a-z, 0-9, - and _",
+            setting("")
+        )));
+    }
+    // The message only: serde's would quote the value, maybe a secret.
+    let written: Written = serde_json::from_str(value.get()).map_err(|e| {
+        let what = e.to_string();
+        let field = what.split('`').nth(1).unwrap_or("a setting");
+        ConfigError(format!("{}: unknown or mistyped {field}", setting("")))
+    })?;
+    if !is_http_url(written.url.trim()) {
+        return Err(ConfigError(format!(
+            "{} must be an http(s) URL",
+            setting(".url")
+        )));
+    }
+    let is_variable_name = written
+        .secret
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_uppercase())
+        && written
+            .secret
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+    if !is_variable_name {
+        return Err(ConfigError(format!(
+            "{} must name a variable (A-Z, 0-9, _), not hold the secret",
+            setting(".secret")
+        )));
+    }
+    let max_age_ms = match written.max_age.as_deref() {
+        None => DEFAULT_MAX_AGE_MS,
+        Some(text) => duration_ms(text).filter(|ms| *ms > 0).ok_or_else(|| {
+            ConfigError(format!(
+                "{} must be a duration like 3d, 12h or 90s",
+                setting(".max_age")
+            ))
+        })?,
+    };
+    if max_age_ms > bounds.retention_ms {
+        return Err(ConfigError(format!(
+            "{} is longer than RETENTION: the body would be gone before the last retry",
+            setting(".max_age")
+        )));
+    }
+    let timeout_ms = written.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
+    if timeout_ms == 0 || timeout_ms > bounds.max_timeout_ms {
+        return Err(ConfigError(format!(
+            "{} must be 1 to {} (half of OUTBOX_LEASE_MS)",
+            setting(".timeout_ms"),
+            bounds.max_timeout_ms
+        )));
+    }
+    let max_attempts = written.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+    if max_attempts < 1 {
+        return Err(ConfigError(format!(
+            "{} must be 1 or more",
+            setting(".max_attempts")
+        )));
+    }
+    let headers = written.headers.unwrap_or_default();
+    if headers.iter().any(|h| !is_header_name(h)) {
+        return Err(ConfigError(format!(
+            "{} must list header names",
+            setting(".headers")
+        )));
+    }
+    Ok(Destination {
+        name: name.to_string(),
+        url: written.url.trim().to_string(),
+        secret_var: written.secret,
+        events: written.events,
+        timeout_ms,
+        max_attempts,
+        max_age_ms,
+        headers: headers.iter().map(|h| h.to_ascii_lowercase()).collect(),
+    })
+}
+
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// A variable's keys: each `whsec_` and base64 of at least
+/// [`KEY_MIN_BYTES`]; several, separated by commas or newlines, during a
+/// rotation. The error names the variable, never the value.
+pub fn signing_keys(var: &str, value: &str) -> Result<Vec<Vec<u8>>, ConfigError> {
+    let secrets = Secrets::parse(value).map_err(|why| ConfigError(format!("{var}: {why}")))?;
+    secrets
+        .iter()
+        .map(|secret| {
+            let text = std::str::from_utf8(secret).unwrap_or_default();
+            let key = text.strip_prefix("whsec_").and_then(base64_decode);
+            key.filter(|key| key.len() >= KEY_MIN_BYTES).ok_or_else(|| {
+                ConfigError(format!(
+                    "{var}: each key must be whsec_ and the base64 of {KEY_MIN_BYTES} or more random bytes"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// `*` matches any run of characters, dots included; anything else itself.
+fn glob_matches(glob: &str, text: &str) -> bool {
+    let (glob, text) = (glob.as_bytes(), text.as_bytes());
+    let (mut g, mut t) = (0, 0);
+    // Where the last `*` was, and where in `text` it resumes matching.
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match glob.get(g) {
+            Some(b'*') => {
+                star = Some((g, t));
+                g += 1;
+            }
+            Some(&c) if c == text[t] => {
+                g += 1;
+                t += 1;
+            }
+            _ => match star {
+                Some((star_g, star_t)) => {
+                    star = Some((star_g, star_t + 1));
+                    g = star_g + 1;
+                    t = star_t + 1;
+                }
+                None => return false,
+            },
+        }
+    }
+    glob[g..].iter().all(|&c| c == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOUNDS: Bounds = Bounds {
+        retention_ms: 30 * DAY_MS,
+        max_timeout_ms: 30_000,
+    };
+
+    fn one(json: &str) -> Result<Destination, ConfigError> {
+        parse(&format!(r#"{{"backend":{json}}}"#), &BOUNDS).map(|mut all| all.remove(0))
+    }
+
+    #[test]
+    fn the_issue_s_form_reads_with_its_defaults() {
+        let d = one(r#"{"url":"https://api.example.com/webhooks","secret":"BACKEND_SIGNING_SECRET","events":["checkout.session.*","invoice.*"]}"#).unwrap();
+        assert_eq!(d.url, "https://api.example.com/webhooks");
+        assert_eq!(d.secret_var, "BACKEND_SIGNING_SECRET");
+        assert_eq!(
+            (d.timeout_ms, d.max_attempts, d.max_age_ms),
+            (10_000, 100, 3 * DAY_MS)
+        );
+        assert!(d.wants("checkout.session.completed"));
+        assert!(d.wants("invoice.paid"));
+        assert!(!d.wants("customer.created"));
+        assert!(!d.wants("checkout.sessions"));
+    }
+
+    #[test]
+    fn no_events_means_every_type() {
+        let d = one(r#"{"url":"http://127.0.0.1:9000/","secret":"S","headers":["X-Request-Id"]}"#)
+            .unwrap();
+        assert!(d.wants("anything.at.all"));
+        assert_eq!(d.headers, ["x-request-id"]);
+    }
+
+    #[test]
+    fn bad_settings_are_named_without_their_values() {
+        for (json, says) in [
+            (
+                r#"{"url":"ftp://x","secret":"S"}"#,
+                "DESTINATIONS.backend.url must be an http(s) URL",
+            ),
+            (
+                r#"{"url":"https://x","secret":"whsec_c2VjcmV0"}"#,
+                "DESTINATIONS.backend.secret must name a variable",
+            ),
+            (
+                r#"{"url":"https://x","secret":"S","max_age":"31d"}"#,
+                "DESTINATIONS.backend.max_age is longer than RETENTION",
+            ),
+            (
+                r#"{"url":"https://x","secret":"S","max_age":"soon"}"#,
+                "DESTINATIONS.backend.max_age must be a duration",
+            ),
+            (
+                r#"{"url":"https://x","secret":"S","timeout_ms":60000}"#,
+                "DESTINATIONS.backend.timeout_ms must be 1 to 30000",
+            ),
+            (
+                r#"{"url":"https://x","secret":"S","max_attempts":0}"#,
+                "DESTINATIONS.backend.max_attempts must be 1 or more",
+            ),
+            (
+                r#"{"url":"https://x","secret":"S","headers":["a b"]}"#,
+                "DESTINATIONS.backend.headers must list header names",
+            ),
+            (
+                r#"{"url":"https://x","secret":"S","evnets":[]}"#,
+                "DESTINATIONS.backend: unknown or mistyped evnets",
+            ),
+            (
+                r#"{"url":"https://x"}"#,
+                "DESTINATIONS.backend: unknown or mistyped secret",
+            ),
+        ] {
+            let error = one(json).unwrap_err().0;
+            assert!(error.starts_with(says), "{json}: {error}");
+            assert!(!error.contains("c2VjcmV0"), "{error}");
+        }
+        let error = parse(r#"{"Back End":{"url":"https://x","secret":"S"}}"#, &BOUNDS).unwrap_err();
+        assert!(
+            error.0.contains("DESTINATIONS.Back End: a name is"),
+            "{}",
+            error.0
+        );
+    }
+
+    #[test]
+    fn keys_are_whsec_base64_of_24_bytes_or_more() {
+        let key = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        assert_eq!(signing_keys("K", key).unwrap()[0].len(), 24);
+        let two = signing_keys("K", &format!("{key},{key}")).unwrap();
+        assert_eq!(two.len(), 2);
+        for weak in [
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "whsec_c2hvcnRzZWNyZXQ=",
+            "whsec_!!!!!!!!",
+            "",
+        ] {
+            let error = signing_keys("BACKEND_SIGNING_SECRET", weak).unwrap_err().0;
+            assert!(error.starts_with("BACKEND_SIGNING_SECRET: "), "{error}");
+            assert!(weak.is_empty() || !error.contains(weak), "{error}");
+        }
+    }
+
+    #[test]
+    fn globs_match_runs_of_anything() {
+        for (glob, text, matches) in [
+            ("*", "", true),
+            ("*", "a.b", true),
+            ("invoice.*", "invoice.paid", true),
+            ("invoice.*", "invoice.", true),
+            ("invoice.*", "invoices.paid", false),
+            ("*.paid", "invoice.paid", true),
+            ("a*b*c", "aXXbYYc", true),
+            ("a*b*c", "aXXbYY", false),
+            ("push", "push", true),
+            ("push", "pushed", false),
+        ] {
+            assert_eq!(glob_matches(glob, text), matches, "{glob} ~ {text}");
+        }
+    }
+}
