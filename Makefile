@@ -9,13 +9,17 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 # A build with fewer providers (and neither admin surface), checked too.
 MINIMAL := stripe,github
 
-.PHONY: dev test setup setup-test build build-minimal lint unit config-check e2e bench costs bodies fuzz-props fuzz soak deploy migrate template-check sizes
+.PHONY: dev sink test setup setup-test build build-minimal lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate template-check sizes
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
 ## relay ticking as deployed (scripts/dev.mjs).
 dev: setup
 	node scripts/dev.mjs --port 8787
+
+## A local destination for forwarding: verifies and prints each request.
+sink: setup
+	node scripts/sink.mjs 9000
 
 ## Every check: format, lints, host unit tests, wrangler's deploy
 ## validation, then the built worker end to end in workerd (Miniflare) with
@@ -118,10 +122,17 @@ bench: setup build
 	node bench/run.mjs
 
 # needs: everything
-## Billable operations per distinct event, duplicate, side effect and
-## retention wake-up, and the dollars per million events; see BENCHMARKS.md.
+## Billable operations per distinct event, duplicate, side effect, forwarded
+## event and retention wake-up, and the dollars per million events; see
+## BENCHMARKS.md.
 costs: setup build
 	node bench/costs.mjs
+
+# needs: everything
+## Forwarding end to end: events delivered to a local sink per second, and
+## the time to acknowledge; see BENCHMARKS.md.
+forward-bench: setup build
+	node bench/forward.mjs
 
 # needs: everything
 ## Runtime CPU per event for bodies of 1 KiB to 1 MiB; see BENCHMARKS.md.

@@ -11,6 +11,9 @@
 //   duplicate     one more copy of each of them, after it was processed
 //   side effect   N new checkouts with an email (one receipt each), until the
 //                 queue consumer has sent every receipt; minus "distinct"
+//   forwarded     N new checkouts to a source that forwards to one
+//                 destination (a local sink answering 200), until every one
+//                 is delivered; minus "distinct"
 //   retention     the alarm that forgets each event once RETENTION is over
 //   relay         one tick of the outbox relay cron (a fixed cost a minute)
 // The per-source counters go to D1 once per STATS_FLUSH_MS per isolate: the
@@ -24,17 +27,28 @@ import { join } from "node:path";
 import { agent, checkoutBody, drive, signed, workerdCpuMs } from "./harness.mjs";
 import { SOURCES, gateway, price } from "./prices.mjs";
 import { eventually, startWorker } from "../tests/support/worker.mjs";
+import { unstable_readConfig } from "wrangler";
+
+const TOML_SOURCES = unstable_readConfig({ config: "wrangler.toml" }).vars.SOURCES;
 
 const N = Number(process.env.COSTS_EVENTS ?? 500);
 const CONCURRENCY = 16;
 // Long enough for the three phases to finish before the first alarm.
-const RETENTION_SECS = Number(process.env.COSTS_RETENTION_SECS ?? 45);
+const RETENTION_SECS = Number(process.env.COSTS_RETENTION_SECS ?? 75);
 const STATE_DIR = join(existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir(), `webhooks-costs-${process.pid}`);
 
 async function run(label, statsFlushMs) {
   rmSync(STATE_DIR, { recursive: true, force: true });
   const w = await startWorker(
-    { EMAIL_API_URL: "http://email.test", RETENTION: `${RETENTION_SECS}s`, STATS_FLUSH_MS: String(statsFlushMs) },
+    {
+      EMAIL_API_URL: "http://email.test",
+      RETENTION: `${RETENTION_SECS}s`,
+      STATS_FLUSH_MS: String(statsFlushMs),
+      // A Stripe source that forwards every event to one destination.
+      SOURCES: { ...TOML_SOURCES, gateway: { provider: "stripe", secret: "STRIPE_WEBHOOK_SECRET", forward: ["sink"] } },
+      DESTINATIONS: { sink: { url: "http://sink.test/", secret: "SINK_SIGNING_SECRET", max_age: `${RETENTION_SECS}s` } },
+      SINK_SIGNING_SECRET: `whsec_${Buffer.alloc(32, 7).toString("base64")}`,
+    },
     {
       main: "bench/meter.mjs",
       unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }],
@@ -46,11 +60,13 @@ async function run(label, statsFlushMs) {
   const base = await w.mf.unsafeGetDirectURL("webhooks");
   const url = new URL("/webhooks/stripe", base).href;
   const meter = async () => (await fetch(new URL("/__meter", base))).json();
-  const open = () => w.scalar("SELECT count(*) FROM outbox WHERE status IN ('pending', 'sending')");
+  const open = async () =>
+    (await w.scalar("SELECT count(*) FROM outbox WHERE status IN ('pending', 'sending')")) +
+    (await w.scalar("SELECT count(*) FROM forwards WHERE status != 'delivered'"));
   const tag = `${label.replace(/\W/g, "")}`;
-  const phase = async (requests, expect) => {
+  const phase = async (requests, expect, to = url) => {
     const cpuBefore = workerdCpuMs();
-    const { results } = await drive(url, requests, CONCURRENCY);
+    const { results } = await drive(to, requests, CONCURRENCY);
     const wrong = results.filter((r) => r.outcome !== expect);
     if (wrong.length) throw new Error(`${wrong.length} replies were not ${expect}: ${JSON.stringify(wrong[0])}`);
     await eventually(async () => (await open()) === 0, 60_000, "the outbox to drain");
@@ -68,9 +84,17 @@ async function run(label, statsFlushMs) {
     "processed",
   );
   if (w.target.calls.length < N) throw new Error(`only ${w.target.calls.length} of ${N} receipts were sent`);
+  const gatewayUrl = new URL("/webhooks/gateway", base).href;
+  const forwarded = await phase(
+    Array.from({ length: N }, (_, i) => signed(checkoutBody(`${tag}f${i}`, { email: null }))),
+    "processed",
+    gatewayUrl,
+  );
+  const delivered = await w.scalar("SELECT count(*) FROM forwards WHERE status = 'delivered'");
+  if (delivered !== N) throw new Error(`${delivered} of ${N} forwarded events were delivered`);
   if (Date.now() - started > RETENTION_SECS * 1000) throw new Error("the phases outlasted RETENTION: raise COSTS_RETENTION_SECS");
   // Every event's inbox wakes once at the end of RETENTION and forgets it.
-  const events = 2 * N + 20;
+  const events = 3 * N + 20;
   let retention = { doAlarms: 0 };
   const deadline = Date.now() + (RETENTION_SECS + 60) * 1000;
   while (retention.doAlarms < events && Date.now() < deadline) {
@@ -86,14 +110,13 @@ async function run(label, statsFlushMs) {
 
   const per = (m, n) => Object.fromEntries(Object.entries(m).map(([k, v]) => [k, v / n]));
   const perDistinct = per(distinct, N);
-  const perSideEffect = Object.fromEntries(
-    Object.entries(per(withEffect, N)).map(([k, v]) => [k, v - perDistinct[k]]),
-  );
+  const marginal = (m) => Object.fromEntries(Object.entries(per(m, N)).map(([k, v]) => [k, v - perDistinct[k]]));
   return {
     label,
     distinct: perDistinct,
     duplicate: per(duplicate, N),
-    sideEffect: perSideEffect,
+    sideEffect: marginal(withEffect),
+    forwarded: marginal(forwarded),
     retention: per(retention, events),
     relay,
   };
@@ -105,6 +128,8 @@ const COLUMNS = [
   ["doGbS", "DO GB-s", (m) => (m.doActiveMs / 1000) * 0.128],
   ["doSqlRowsRead", "DO rows read", (m) => m.doSqlRowsRead],
   ["doSqlRowsWritten", "DO rows written", (m) => m.doSqlRowsWritten + m.doSetAlarms + m.doDeletedRows],
+  ["d1Statements", "D1 statements", (m) => m.d1Statements],
+  ["d1Ms", "D1 ms", (m) => m.d1Ms],
   ["d1RowsRead", "D1 rows read", (m) => m.d1RowsRead],
   ["d1RowsWritten", "D1 rows written", (m) => m.d1RowsWritten],
   ["queueOps", "Queue ops", (m) => m.queueWrites + m.queueReads + m.queueDeletes],
@@ -120,6 +145,7 @@ function table(result) {
     ["distinct event", result.distinct],
     ["duplicate copy", result.duplicate],
     ["side effect", result.sideEffect],
+    ["forwarded to one destination", result.forwarded],
     ["retention wake-up", result.retention],
   ]) {
     rows[name] = Object.fromEntries(COLUMNS.map(([key, title]) => [title, round(ops(m)[key])]));
@@ -130,11 +156,11 @@ function table(result) {
 const DUPLICATES = 0.3;
 // The relay cron ticks once a minute: 43,200 times in 30 days.
 const CRON_TICKS_PER_MONTH = 43_200;
-/** A million distinct events, each with one side effect, 30 % arriving twice. */
-function million(result) {
+/** A million distinct events, each with one side effect (or forwarded), 30 % arriving twice. */
+function million(result, extra = "sideEffect") {
   const d = ops(result.distinct);
   const dup = ops(result.duplicate);
-  const fx = ops(result.sideEffect);
+  const fx = ops(result[extra]);
   const rt = ops(result.retention);
   const perEvent = Object.fromEntries(
     Object.keys(d).map((k) => [k, d[k] + DUPLICATES * dup[k] + fx[k] + rt[k]]),
@@ -170,6 +196,19 @@ for (const result of results) {
     `total: $${bill.total.toFixed(2)} per million at the marginal prices; ` +
       `a month of one million such events alone on the plan: $${bill.month.toFixed(2)} (the $5 minimum included)`,
   );
+}
+for (const result of results) {
+  const d1 = ops(result.distinct).d1Statements + ops(result.forwarded).d1Statements;
+  const d1Ms = ops(result.distinct).d1Ms + ops(result.forwarded).d1Ms;
+  console.log(
+    `\nD1 statements per forwarded event, amortized (${result.label}): ${round(d1)} ` +
+      "(the effect batch's ledger row and delivery row, then the consumer's claim and completion per queue batch); " +
+      `D1 time: ${round(d1Ms)} ms, so one database, which runs one query at a time, carries about ${Math.round(1000 / d1Ms)} forwarded events/s here`,
+  );
+  const bill = price(million(result, "forwarded"));
+  console.log(`A million distinct events forwarded to one destination, 30 % duplicated (${result.label}):`);
+  console.table(bill.lines);
+  console.log(`total: $${bill.total.toFixed(2)} per million; a month of one million alone: $${bill.month.toFixed(2)}`);
 }
 const kv = gateway(1e6, DUPLICATES);
 console.log("\nA KV gateway by the same prices (a KV read, a KV write and a Queue message per event, no effect):");

@@ -13,7 +13,8 @@
 //                           cursor reports the last statement's rows only);
 //                           each setAlarm() (billed as a row written); the
 //                           rows a deleteAll() removes (deletes are writes)
-//   D1                      rows_read / rows_written of each statement's meta
+//   D1                      rows_read / rows_written / duration of each
+//                           statement's meta
 //   Queue operations        messages sent (writes), delivered to the consumer
 //                           (reads) and acknowledged (deletes)
 // GET /__meter answers the totals so far and resets them.
@@ -36,6 +37,7 @@ const zero = () => ({
   doSetAlarms: 0,
   doDeletedRows: 0,
   d1Statements: 0,
+  d1Ms: 0,
   d1RowsRead: 0,
   d1RowsWritten: 0,
   queueWrites: 0,
@@ -49,6 +51,8 @@ let cursors = [];
 
 function d1Meta(result) {
   meter.d1Statements++;
+  // How long D1 took to run it: the database runs one query at a time.
+  meter.d1Ms += result?.meta?.duration ?? 0;
   meter.d1RowsRead += result?.meta?.rows_read ?? 0;
   meter.d1RowsWritten += result?.meta?.rows_written ?? 0;
 }

@@ -11,7 +11,7 @@
 // 3. The queues the config names: each created unless `wrangler queues list`
 //    shows it.
 // 4. The secrets the worker knows of that the deployed worker lacks: each
-//    source's secret, ADMIN_TOKEN (at least 32 bytes, no whitespace, or one
+//    source's secret, each destination's signing key, ADMIN_TOKEN (at least 32 bytes, no whitespace, or one
 //    generated) and, on the first deploy, the side effects' EMAIL_API_KEY
 //    and NOTIFY_URL, and the operators' ALERT_URL (optional).
 //    Asked for at the terminal (not echoed), or taken from the environment
@@ -177,6 +177,14 @@ for (const [name, source] of sources) {
   const variable = secretVar(name, source);
   const why = wanted.get(variable)?.why ?? `the ${source.provider} signing secret of source "${name}"`;
   wanted.set(variable, { why });
+}
+// Each destination's signing key, as the worker checks it (src/forward/).
+for (const [name, destination] of Object.entries(typeof config.vars.DESTINATIONS === "object" ? config.vars.DESTINATIONS : {})) {
+  wanted.set(destination.secret, {
+    why: `the signing key of destination "${name}" (your backend verifies with it)`,
+    valid: (key) => /^whsec_[A-Za-z0-9+/]+=*$/.test(key) && Buffer.from(key.slice(6), "base64").length >= 24,
+    rule: 'must be whsec_ and the base64 of 24 or more random bytes: make one with `echo "whsec_$(openssl rand -base64 32)"`',
+  });
 }
 // The worker refuses any other ADMIN_TOKEN as misconfigured (src/config.rs).
 wanted.set("ADMIN_TOKEN", {

@@ -2,8 +2,9 @@
 // `make dev`'s runner (wrangler dev, state on disk in .wrangler/soak/, the
 // cron ticker), while the harness kills the whole runtime with SIGKILL at
 // random moments and starts it again on the same state, the way a developer
-// or a host crash would. Side effects go to an HTTP sink here that fails 20 %
-// of calls with a 500, answers after 20-200 ms like a real API and, like
+// or a host crash would. Side effects and forwarded events (Stripe's to two
+// destinations, GitHub's to one) go to an HTTP sink here that fails 20 % of
+// calls with a 500, answers after 20-200 ms like a real API and, like
 // Resend, answers a repeated call under a key that already succeeded with
 // the first answer (counted as a repeat).
 //
@@ -23,9 +24,10 @@
 // - every event sent, answered or not, has exactly one ledger row;
 // - one order per checkout, star counters equal to the distinct stars;
 // - every outbox row `sent`, one per effect, and its key succeeded at the
-//   sink; no success under any other key; a call repeated after its key
-//   succeeded only when that row was `sending` at a kill in between (a crash
-//   between the call and `sent`), once per such kill;
+//   sink; every (event, destination) pair delivered, and its webhook-id
+//   succeeded at the sink; no success under any other key; a call repeated
+//   after its key succeeded only when that row was `sending` at a kill in
+//   between (a crash between the call and its record), once per such kill;
 // - no inbox left `received` or `failed`, no `panicked` in the runtime's log.
 // Traffic goes to 127.0.0.1 only; the run is bounded by its count and by a
 // settle deadline. The runtime's output is kept in .wrangler/soak/runtime.log.
@@ -33,6 +35,7 @@ import { createHash } from "node:crypto";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
+import { check } from "./checks.mjs";
 import { d1Query, freePort, sleep, startDev, startSink, writeEnvFile } from "../tests/support/dev.mjs";
 import { prng } from "../tests/support/prng.mjs";
 import { checkoutCompleted, githubHeaders, starEvent, stripeHeaders } from "../tests/support/sign.mjs";
@@ -43,6 +46,10 @@ const KILLS = Number(process.argv[4] ?? 6);
 const STRIPE = "whsec_soak_stripe_secret";
 const GITHUB = "soak_github_secret";
 const TOKEN = "soak-admin-token-0123456789abcdef";
+// Forwarding: Stripe's events to two destinations, GitHub's to one; the
+// sink serves them all, each under its own path.
+const FORWARDS_TO = { stripe: ["primary", "mirror"], github: ["primary"] };
+const SIGNING = `whsec_${Buffer.alloc(32, 9).toString("base64")}`;
 const IN_FLIGHT = 16;
 const STORM_COPIES = 50;
 const REPOS = 20;
@@ -128,6 +135,17 @@ writeEnvFile(envFile, {
   // first retry, so that no row dies and the run settles sooner.
   OUTBOX_MAX_ATTEMPTS: 12,
   OUTBOX_RETRY_BASE_SECS: 2,
+  // Tables as JSON in the env file (single-quoted: taken as written).
+  SOURCES: `'${JSON.stringify({
+    stripe: { provider: "stripe", forward: FORWARDS_TO.stripe },
+    github: { provider: "github", forward: FORWARDS_TO.github },
+  })}'`,
+  DESTINATIONS: `'${JSON.stringify({
+    primary: { url: `${sink.url}/primary`, secret: "SOAK_SIGNING_SECRET" },
+    mirror: { url: `${sink.url}/mirror`, secret: "SOAK_SIGNING_SECRET", events: ["checkout.*"] },
+  })}'`,
+  SOAK_SIGNING_SECRET: SIGNING,
+  FORWARD_PROBE_SECS: 2,
 });
 const port = await freePort();
 const runtimeLog = [];
@@ -155,8 +173,11 @@ async function restart() {
   for (const chunk of dev.output) runtimeLog.push(chunk);
   // Rows claimed by a consumer that died: a call of theirs that reached the
   // sink may be repeated after the restart, under the same key.
-  const sending = d1Query(persistTo, "SELECT idempotency_key FROM outbox WHERE status = 'sending'");
-  kills.push({ start, end: Date.now(), sending: new Set(sending.map((r) => r.idempotency_key)) });
+  const sending = [
+    ...d1Query(persistTo, "SELECT idempotency_key AS key FROM outbox WHERE status = 'sending'"),
+    ...d1Query(persistTo, "SELECT delivery_id AS key FROM forwards WHERE status = 'sending'"),
+  ];
+  kills.push({ start, end: Date.now(), sending: new Set(sending.map((r) => r.key)) });
   dev = await startDev({ port, persistTo, envFile });
   restarted();
   crashing = false;
@@ -255,11 +276,12 @@ let lastReport = 0;
 while (Date.now() - settleStart < SETTLE_MS) {
   try {
     outbox = await outboxBy();
+    const backlog = (await admin("destinations")).destinations.reduce((n, d) => n + d.backlog, 0);
     if (Date.now() - lastReport >= 30_000) {
       lastReport = Date.now();
-      console.log(`settling, ${((Date.now() - settleStart) / 1000).toFixed(0)} s: outbox ${JSON.stringify(outbox)}`);
+      console.log(`settling, ${((Date.now() - settleStart) / 1000).toFixed(0)} s: outbox ${JSON.stringify(outbox)}, forwards waiting ${backlog}`);
     }
-    if (!outbox.pending && !outbox.sending) {
+    if (!outbox.pending && !outbox.sending && backlog === 0) {
       await checkInboxes();
       // An inbox alarm may have added a row meanwhile: look again.
       if ([...inboxStates.values()].every((s) => s === "done")) {
@@ -295,88 +317,11 @@ writeFileSync(join(dir, "runtime.log"), runtimeLog.join(""));
 
 // --- checks ---------------------------------------------------------------
 
-const violations = [];
-const fail = (what) => violations.push(what);
-
-const ledger = d1Query(persistTo, "SELECT source, event_id FROM processed_events");
-const ledgerKeys = new Set(ledger.map((r) => `${r.source}:${r.event_id}`));
-const missing = events.filter((e) => !ledgerKeys.has(`${e.source}:${e.id}`));
-if (missing.length) fail(`${missing.length} events sent have no ledger row, e.g. ${missing[0].source}:${missing[0].id}`);
-if (ledger.length !== distinct) fail(`${ledger.length} ledger rows for ${distinct} distinct events`);
-const lostAcks = [...answered].filter((k) => !ledgerKeys.has(k)).length;
-if (lostAcks) fail(`${lostAcks} events answered 2xx have no ledger row`);
-
-const checkouts = events.filter((e) => e.source === "stripe");
-const stars = events.filter((e) => e.source === "github");
-const orders = d1Query(persistTo, "SELECT checkout_session_id, status FROM orders");
-const sessions = new Set(checkouts.map((e) => e.session));
-if (orders.length !== checkouts.length || orders.some((o) => !sessions.has(o.checkout_session_id) || o.status !== "paid"))
-  fail(`${orders.length} paid orders for ${checkouts.length} checkouts`);
-const expectedStars = new Map();
-for (const e of stars) expectedStars.set(e.repo, (expectedStars.get(e.repo) ?? 0) + 1);
-let doubleEffects = 0;
-const counted = new Map(d1Query(persistTo, "SELECT repo, stars FROM repo_stars").map((r) => [r.repo, r.stars]));
-for (const repo of new Set([...expectedStars.keys(), ...counted.keys()])) {
-  const [n, want] = [counted.get(repo) ?? 0, expectedStars.get(repo) ?? 0];
-  if (n > want) doubleEffects += n - want;
-  if (n !== want) fail(`repo ${repo}: ${n} stars counted, ${want} distinct star events`);
-}
-
-const rows = d1Query(persistTo, "SELECT idempotency_key, action, status FROM outbox");
-const notSent = rows.filter((r) => r.status !== "sent");
-if (notSent.length) fail(`${notSent.length} outbox rows not sent: ${JSON.stringify(countBy(notSent, (r) => r.status))}`);
-if (rows.length !== distinct) fail(`${rows.length} outbox rows for ${distinct} events with one side effect each`);
-const rowKeys = new Set(rows.map((r) => r.idempotency_key));
-const neverSucceeded = rows.filter((r) => !firstSuccess.has(r.idempotency_key)).length;
-if (neverSucceeded) fail(`${neverSucceeded} side-effect keys never succeeded at the sink`);
-const strangers = [...firstSuccess.keys()].filter((k) => !rowKeys.has(k)).length;
-if (strangers) fail(`${strangers} keys succeeded at the sink with no outbox row`);
-// A repeat is a crash between the call and `sent` only if the key's row was
-// `sending` at a kill between its first success and the repeat, and each
-// such kill explains one repeat.
-const explained = new Map();
-const unexplained = repeats.filter((r) => {
-  const kill = kills.find(
-    (k, i) => k.sending.has(r.key) && r.first <= k.end && k.start <= r.at && !explained.has(`${i}:${r.key}`),
-  );
-  if (kill) explained.set(`${kills.indexOf(kill)}:${r.key}`, true);
-  return !kill;
-}).length;
-if (unexplained) fail(`${unexplained} calls repeated a key that had succeeded, not explained by a kill`);
-if (unanswered) fail(`${unanswered} deliveries never answered 2xx`);
-
-const stuck = countBy([...inboxStates.values()].filter((s) => s !== "done"), (s) => s);
-if (Object.keys(stuck).length) fail(`inboxes not done: ${JSON.stringify(stuck)}`);
-if (inboxStates.size < events.length) fail(`${events.length - inboxStates.size} inboxes never checked: the outbox never settled`);
-const panics = runtimeLog.join("").split("\n").filter((l) => /panicked/.test(l)).length;
-if (panics) fail(`${panics} "panicked" lines in the runtime's log`);
-if (stats.refused.length) fail(`${stats.refused.length} deliveries refused, e.g. ${stats.refused[0]}`);
-if (kills.length < KILLS) fail(`${kills.length} kills, ${KILLS} planned`);
-if (drainKillMissed) fail("no call to the sink was in flight at the drain kill");
-
-const calls = sink.calls.length;
-const failedCalls = sink.calls.filter((c) => c.status === 500).length;
-const repeatedKeys = new Set(repeats.map((r) => r.key)).size;
-const table = [
-  ["deliveries (first sends)", DELIVERIES],
-  ["distinct events (Stripe / GitHub)", `${distinct} (${checkouts.length} / ${stars.length})`],
-  ["duplicate copies (in 50-way storms)", `${DELIVERIES - distinct} (${STORMS * (STORM_COPIES - 1)})`],
-  ["kills (SIGKILL of runtime) / rows sending at them", `${kills.length} / ${kills.reduce((n, k) => n + k.sending.size, 0)}`],
-  ["deliveries with no reply / resends", `${stats.noReply} / ${stats.resends}`],
-  ["replies", [...stats.statuses].sort((a, b) => b[1] - a[1]).map(([k, v]) => `${k} x${v}`).join(", ")],
-  ["ledger rows / events", `${ledger.length} / ${distinct}`],
-  ["double effects", doubleEffects],
-  ["lost acks", lostAcks],
-  ["side-effect keys / succeeded once", `${rows.length} / ${rows.length - neverSucceeded}`],
-  ["sink calls (500s / repeats after success)", `${calls} (${failedCalls} / ${repeats.length})`],
-  ["keys called again after success (max per key)", `${repeatedKeys} (${maxPerKey(repeats)})`],
-  [
-    "left received / pending / sending",
-    `${inboxStates.size < events.length ? "unchecked" : stuck.received ?? 0} / ${outbox.pending ?? 0} / ${outbox.sending ?? 0}`,
-  ],
-  ["send phase", `${sendSeconds.toFixed(0)} s (${(stats.sent / sendSeconds).toFixed(0)} deliveries/s)`],
-  ["time to settle after the last kill", `${settleSeconds.toFixed(0)} s`],
-];
+const { violations, table } = check({
+  persistTo, events, distinct, answered, firstSuccess, repeats, kills, unanswered, inboxStates, runtimeLog,
+  stats, KILLS, drainKillMissed, sink, outbox, DELIVERIES, STORMS, STORM_COPIES, sendSeconds, settleSeconds,
+  forwardsTo: FORWARDS_TO,
+});
 console.log(`\ncrash soak, seed ${SEED}\n`);
 console.log("| measure | value |\n| --- | --- |");
 for (const [k, v] of table) console.log(`| ${k} | ${v} |`);
@@ -385,14 +330,4 @@ if (violations.length) {
   for (const v of violations) console.log(`- ${v}`);
   process.exit(1);
 }
-console.log("\nPASS: every event applied once, every side effect performed under its key, nothing stuck");
-
-function countBy(items, key) {
-  const out = {};
-  for (const item of items) out[key(item)] = (out[key(item)] ?? 0) + 1;
-  return out;
-}
-function maxPerKey(list) {
-  const per = countBy(list, (r) => r.key);
-  return Math.max(0, ...Object.values(per));
-}
+console.log("\nPASS: every event applied once, every side effect and forwarded delivery made under its key, nothing stuck");

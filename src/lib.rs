@@ -81,6 +81,7 @@ fn dashboard_form(path: &str) -> bool {
     path == "/admin/login"
         || path.starts_with("/admin/events/")
         || path.starts_with("/admin/outbox/")
+        || path.starts_with("/admin/destinations/")
 }
 
 #[cfg(not(feature = "dashboard"))]

@@ -14,10 +14,9 @@
 //! `{NAME}_WEBHOOK_SECRET` (upper-cased, `-` as `_`).
 
 use serde::Deserialize;
-use worker::wasm_bindgen::JsValue;
-use worker::{js_sys, Env};
+use worker::Env;
 
-use crate::config::ConfigError;
+use crate::config::{self, ConfigError};
 
 /// One source's settings. Fields past `tolerance_secs` describe a sender
 /// configured without code (how it signs, where its id is), and only the
@@ -64,29 +63,13 @@ impl SourceConfig {
 /// The settings of the source called `name`: `Ok(None)` when there is no
 /// such source.
 pub fn lookup(env: &Env, name: &str) -> Result<Option<SourceConfig>, ConfigError> {
-    let sources = js_sys::Reflect::get(env, &JsValue::from_str("SOURCES"))
-        .ok()
-        .filter(|v| v.is_object())
-        .ok_or_else(|| {
-            ConfigError("SOURCES is not set: declare [vars.SOURCES] in wrangler.toml".into())
-        })?;
-    // Own properties only: `__proto__` is not a source.
-    let key = JsValue::from_str(name);
-    let sources = js_sys::Object::from(sources);
-    let source = js_sys::Object::has_own(&sources, &key)
-        .then(|| js_sys::Reflect::get(&sources, &key).ok())
-        .flatten()
-        .filter(|v| v.is_object());
-    let Some(source) = source else {
-        return Ok(None);
-    };
-    // Through JSON and serde_json, like every other decode here (see `d1`):
-    // one decoder in the wasm.
-    let json = js_sys::JSON::stringify(&source)
-        .ok()
-        .and_then(|s| s.as_string())
-        .unwrap_or_default();
-    parse(name, &json).map(Some)
+    let sources = config::table(env, "SOURCES")?.ok_or_else(|| {
+        ConfigError("SOURCES is not set: declare [vars.SOURCES] in wrangler.toml".into())
+    })?;
+    match sources.iter().find(|(source, _)| source == name) {
+        Some((_, settings)) => parse(name, settings.get()).map(Some),
+        None => Ok(None),
+    }
 }
 
 fn parse(name: &str, json: &str) -> Result<SourceConfig, ConfigError> {

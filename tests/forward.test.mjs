@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { after, before, describe, test } from "node:test";
+import { Webhook } from "standardwebhooks";
 
 import { FIRST, SOURCES, SOURCE_SECRETS, eventOf, send } from "./support/sources.mjs";
 import { eventually, startWorker } from "./support/worker.mjs";
@@ -107,6 +108,10 @@ describe("forwarding", () => {
     assert.equal(call.body, event.body);
     assert.equal(call.headers["content-type"], event.headers["content-type"]);
     assert.ok(signedFor(call), "the signature verifies with the destination's key");
+    // And with the Standard Webhooks reference library, as a backend would.
+    const verifier = new Webhook(SIGNING_SECRET);
+    assert.doesNotThrow(() => verifier.verify(call.body, call.headers, { jsonParse: false }));
+    assert.throws(() => verifier.verify(`${call.body} `, call.headers, { jsonParse: false }), /signature/i);
     assert.match(call.headers["webhook-id"], /^[0-9a-f]{64}$/);
     assert.equal(call.headers["idempotency-key"], call.headers["webhook-id"]);
     assert.ok(Math.abs(Number(call.headers["webhook-timestamp"]) * 1000 - sent) < 10_000);

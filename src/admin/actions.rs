@@ -1,4 +1,5 @@
-//! The dashboard's actions — Replay, Dismiss, Requeue — by their paths, what
+//! The dashboard's actions — Replay, Dismiss, Requeue, Redeliver, and a
+//! destination's Requeue dead, Pause, Resume and Re-enable — by their paths, what
 //! each did as the page after it says, and the audit line of each.
 
 use serde::Serialize;
@@ -6,6 +7,7 @@ use worker::Env;
 
 use super::{decode, queries};
 use crate::event::dedupe_key;
+use crate::forward::operate::{self, DestinationAction};
 use crate::inbox::client::{self, ActionResult};
 use crate::inbox::state::Outcome;
 
@@ -28,6 +30,17 @@ pub(super) enum Action<'a> {
     Dismiss { source: &'a str, id: &'a str },
     /// A dead side effect made due again.
     Requeue { key: &'a str },
+    /// A forwarded event's delivery sent again, under the same id.
+    Redeliver {
+        source: &'a str,
+        id: &'a str,
+        delivery: &'a str,
+    },
+    /// An action on a destination.
+    Destination {
+        name: &'a str,
+        action: DestinationAction,
+    },
 }
 
 impl<'a> Action<'a> {
@@ -39,7 +52,23 @@ impl<'a> Action<'a> {
         {
             return Some(Action::Requeue { key });
         }
-        let (event, action) = path.strip_prefix("/admin/events/")?.rsplit_once('/')?;
+        if let Some((name, action)) = path
+            .strip_prefix("/admin/destinations/")
+            .and_then(|rest| rest.split_once('/'))
+        {
+            let action = DestinationAction::from_name(action)?;
+            return (!name.contains('/')).then_some(Action::Destination { name, action });
+        }
+        let event_path = path.strip_prefix("/admin/events/")?;
+        if let Some((event, delivery)) = event_path.split_once("/redeliver/") {
+            let (source, id) = event.split_once('/')?;
+            return (!delivery.contains('/')).then_some(Action::Redeliver {
+                source,
+                id,
+                delivery,
+            });
+        }
+        let (event, action) = event_path.rsplit_once('/')?;
         let (source, id) = event.split_once('/')?;
         match action {
             "replay" => Some(Action::Replay { source, id }),
@@ -53,6 +82,8 @@ impl<'a> Action<'a> {
             Action::Replay { .. } => "replay",
             Action::Dismiss { .. } => "dismiss",
             Action::Requeue { .. } => "requeue",
+            Action::Redeliver { .. } => "redeliver",
+            Action::Destination { action, .. } => action.name(),
         }
     }
 
@@ -62,17 +93,19 @@ impl<'a> Action<'a> {
             Action::Replay { source, id } | Action::Dismiss { source, id } => {
                 dedupe_key(&decode(source), &decode(id))
             }
-            Action::Requeue { key } => decode(key),
+            Action::Requeue { key } | Action::Redeliver { delivery: key, .. } => decode(key),
+            Action::Destination { name, .. } => decode(name),
         }
     }
 
     /// The page to go back to: the event's, or the overview.
     pub(super) fn back(&self) -> String {
         match self {
-            Action::Replay { source, id } | Action::Dismiss { source, id } => {
-                format!("/admin/events/{source}/{id}")
-            }
+            Action::Replay { source, id }
+            | Action::Dismiss { source, id }
+            | Action::Redeliver { source, id, .. } => format!("/admin/events/{source}/{id}"),
             Action::Requeue { .. } => "/admin".into(),
+            Action::Destination { .. } => "/admin/destinations".into(),
         }
     }
 
@@ -83,6 +116,20 @@ impl<'a> Action<'a> {
                 return match queries::requeue(env, &decode(key)).await {
                     Ok(true) => "requeued",
                     Ok(false) => "not-dead",
+                    Err(_) => "not-done",
+                };
+            }
+            Action::Redeliver { delivery, .. } => {
+                return match operate::redeliver(env, &decode(delivery)).await {
+                    Ok(true) => "redelivered",
+                    Ok(false) => "not-redeliverable",
+                    Err(_) => "not-done",
+                };
+            }
+            Action::Destination { name, action } => {
+                return match operate::destination(env, &decode(name), *action).await {
+                    Ok(true) => action.name(),
+                    Ok(false) => "unchanged",
                     Err(_) => "not-done",
                 };
             }
@@ -110,7 +157,7 @@ impl<'a> Action<'a> {
 }
 
 /// What an action did, by the code in the page's `?done=`.
-pub(super) const NOTICES: [(&str, &str); 10] = [
+pub(super) const NOTICES: [(&str, &str); 17] = [
     ("applied", "Replayed: the effect was applied, once."),
     ("no-op", "No-op: the effect had already been applied."),
     (
@@ -133,4 +180,29 @@ pub(super) const NOTICES: [(&str, &str); 10] = [
         "Requeued: the side effect will be tried again, with the same key.",
     ),
     ("not-dead", "Only a dead side effect can be requeued."),
+    (
+        "redelivered",
+        "Redelivered: it goes out again, under the same webhook-id.",
+    ),
+    (
+        "not-redeliverable",
+        "Only a dead or delivered delivery can be redelivered.",
+    ),
+    (
+        "requeue",
+        "Requeued: the destination's dead deliveries go out again, oldest first.",
+    ),
+    (
+        "pause",
+        "Paused: its deliveries wait, without spending attempts.",
+    ),
+    (
+        "resume",
+        "Resumed: its waiting deliveries go out, oldest first.",
+    ),
+    (
+        "enable",
+        "Re-enabled: its waiting deliveries go out, oldest first.",
+    ),
+    ("unchanged", "Nothing to change."),
 ];

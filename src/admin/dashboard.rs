@@ -5,7 +5,9 @@
 //! Signing in takes the admin token; the session cookie holds an HMAC of a
 //! time under it (not the token), `HttpOnly` and `SameSite=Strict`.
 //!
-//! Actions — Replay and Dismiss an event, Requeue a dead side effect — are
+//! Actions — Replay and Dismiss an event, Requeue a dead side effect,
+//! Redeliver a forwarded event, and a destination's Requeue dead, Pause,
+//! Resume and Re-enable — are
 //! form posts that carry the session's form token (an HMAC of the session
 //! under the admin token, checked in constant time) and must come from this
 //! origin. Each answers with a redirect to a page saying what happened, and
@@ -14,12 +16,12 @@
 use worker::{Env, Headers, Method, Request, Response, Result};
 
 use super::actions::{Action, Audit, NOTICES};
-use super::finder;
 use super::html::{escape, page};
 use super::{
     admin_token, decode, form_token, form_token_ok, guard, pages, session_id, session_valid,
     session_value, token_matches, Closed, Denied,
 };
+use super::{finder, forwarding};
 use crate::admin_guard;
 use crate::clock::now_ms;
 use crate::config;
@@ -158,6 +160,9 @@ async fn signed_in(
         Method::Get if path == "/admin" => pages::overview(env, &forms, notice).await,
         Method::Get if path == "/admin/events" => {
             finder::events(env, &super::Query::of(&req), &forms).await
+        }
+        Method::Get if path == "/admin/destinations" => {
+            forwarding::destinations(env, &forms, notice).await
         }
         Method::Get => match path
             .strip_prefix("/admin/events/")

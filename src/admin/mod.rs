@@ -8,7 +8,7 @@
 //! - [`queries`]: what both read from D1 and the inboxes, as typed rows;
 //! - the dashboard's: `actions.rs` (Replay, Dismiss and Requeue), `pages.rs`
 //!   (the overview and event pages), `finder.rs` (the page that finds
-//!   events), `summary.rs` (the overview's per-source sums), `html.rs` (the
+//!   events), `forwarding.rs` (destinations, and an event's deliveries), `summary.rs` (the overview's per-source sums), `html.rs` (the
 //!   page shell, tables and escaping), `trend.rs` (the overview's charts).
 //!
 //! To add an endpoint: a query in `queries.rs` if it reads something new,
@@ -22,6 +22,8 @@ pub mod api;
 pub mod dashboard;
 #[cfg(feature = "dashboard")]
 mod finder;
+#[cfg(feature = "dashboard")]
+mod forwarding;
 #[cfg(feature = "dashboard")]
 pub mod html;
 #[cfg(feature = "dashboard")]

@@ -7,7 +7,7 @@ use worker::{Env, Response, Result};
 use super::encode;
 use super::html::{self, bad, code, escape, num, page, table, td, time};
 use super::queries::{self, EventFilter, Listing};
-use super::{summary, trend};
+use super::{forwarding, summary, trend};
 use crate::clock::now_ms;
 use crate::inbox::state::EventState;
 use crate::inbox::store::LoggedDelivery;
@@ -17,13 +17,13 @@ use crate::outbox::{Action, OutboxStatus};
 pub(super) const LOGOUT: &str = r#"<form class="logout" method="post" action="/admin/logout"><button type="submit">Sign out</button></form>"#;
 
 /// `/admin/events/{source}/{id}`, encoded.
-fn event_path(source: &str, id: &str) -> String {
+pub(super) fn event_path(source: &str, id: &str) -> String {
     format!("/admin/events/{}/{}", encode(source), encode(id))
 }
 
 /// A button that posts an action, with the session's form token (see
 /// `dashboard`: a post without it is refused).
-fn action_button(path: &str, label: &str, forms: &str) -> String {
+pub(super) fn action_button(path: &str, label: &str, forms: &str) -> String {
     format!(
         r#"<form class="actions" method="post" action="{}"><input type="hidden" name="form_token" value="{}"><button type="submit">{label}</button></form>"#,
         escape(path),
@@ -48,7 +48,7 @@ fn requeue_button(key: &str, forms: &str) -> String {
 }
 
 /// The outcome of the action just taken, if any.
-fn notice_html(notice: Option<&str>) -> String {
+pub(super) fn notice_html(notice: Option<&str>) -> String {
     notice.map_or(String::new(), |n| {
         format!(r#"<p class="notice"><strong>{}</strong></p>"#, escape(n))
     })
@@ -172,7 +172,7 @@ pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Re
         r#"{LOGOUT}{notice}<p class="muted">Counters: deliveries counted by the worker, flushed every few seconds. Events, failures and side effects: counted in D1.</p>
 <h2>Sources</h2>{}
 <h2>Trend</h2>{}
-<h2>Recent events</h2><p><a href="/admin/events">Find events: by id, source, type, status and day →</a></p>{}
+<h2>Recent events</h2><p><a href="/admin/events">Find events: by id, source, type, status and day →</a> · <a href="/admin/destinations">Destinations →</a></p>{}
 <h2>Failed events</h2>{}
 <h2>Dead side effects</h2>{}
 <h2>Alerts</h2><p class="muted">Sent to <code>ALERT_URL</code> (logged only while it is unset): one per kind and source in each <code>ALERT_INTERVAL</code>.</p>{}"#,
@@ -371,7 +371,8 @@ pub async fn event(
 <p class="muted">Every delivery below passed signature verification: nothing else reaches the inbox.</p>{deliveries_html}
 {payload_html}
 <h2>Effect</h2>{ledger_html}
-<h2>Side effects</h2>{}"#,
+<h2>Side effects</h2>{}
+<h2>Forwarded</h2>{}"#,
         escape(&format!("{source}:{id}")),
         table(
             &[
@@ -385,6 +386,7 @@ pub async fn event(
             ],
             &outbox
         ),
+        forwarding::deliveries(source, id, &records.forwards, forms),
     );
     page(200, &format!("Event {}", escape(id)), &body)
 }

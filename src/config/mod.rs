@@ -6,7 +6,10 @@ use std::str::FromStr;
 
 use worker::Env;
 
+mod table;
 mod values;
+
+pub use self::table::{table, Entries};
 
 use self::values::{check_admin_token, doubling, jitter, random_unit};
 pub use self::values::{duration_ms, is_http_url, DAY_MS};
@@ -211,17 +214,6 @@ impl ForwardSettings {
         }
         Ok(settings)
     }
-}
-
-/// An object var (`[vars.NAME]` in wrangler.toml) as JSON text; `None`
-/// when it is unset or not an object.
-pub fn object_json(env: &Env, name: &str) -> Option<String> {
-    use worker::{js_sys, wasm_bindgen::JsValue};
-    let value = js_sys::Reflect::get(env, &JsValue::from_str(name)).ok()?;
-    if !value.is_object() {
-        return None;
-    }
-    js_sys::JSON::stringify(&value).ok()?.as_string()
 }
 
 /// Whether the end-to-end tests' fault switches are honoured

@@ -151,6 +151,9 @@ async fn run(
     settings: &ForwardSettings,
     ids: &[String],
 ) -> worker::Result<Vec<(String, u32)>> {
+    // Read first: a misconfiguration claims nothing (the rows wait, their
+    // attempts unspent, and the messages come back after a backoff).
+    let all = destinations::all(env, &Bounds::from_env(env)?)?;
     let db = Db::from_env(env)?;
     let now = now_ms();
     let lease_until = now + settings.outbox.lease_ms;
@@ -178,8 +181,6 @@ async fn run(
         return Ok(retry_in);
     }
 
-    let bounds = Bounds::from_env(env)?;
-    let all = destinations::all(env, &bounds)?;
     let attempts = claimed.iter().map(|(row, _)| {
         let delivery = Delivery {
             id: &row.id,

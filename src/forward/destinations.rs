@@ -10,15 +10,12 @@
 //! billing = { provider = "<provider>", forward = ["backend"] }
 //! ```
 
-use std::fmt;
-
-use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use worker::Env;
 
 use crate::config::{
-    self, duration_ms, is_http_url, ConfigError, InboxSettings, OutboxSettings, DAY_MS,
+    self, duration_ms, is_http_url, ConfigError, Entries, InboxSettings, OutboxSettings, DAY_MS,
 };
 use crate::signature::{base64_decode, Secrets};
 
@@ -96,8 +93,8 @@ impl Bounds {
 /// inlined: the async functions that call it would each carry a copy.
 #[inline(never)]
 pub fn all(env: &Env, bounds: &Bounds) -> Result<Vec<Destination>, ConfigError> {
-    match config::object_json(env, "DESTINATIONS") {
-        Some(json) => parse(&json, bounds),
+    match config::table(env, "DESTINATIONS")? {
+        Some(entries) => check_all(entries, bounds),
         None => Ok(Vec::new()),
     }
 }
@@ -136,37 +133,12 @@ pub fn routes(
     Ok(routes)
 }
 
-fn parse(json: &str, bounds: &Bounds) -> Result<Vec<Destination>, ConfigError> {
-    let Entries(written) = serde_json::from_str(json)
-        .map_err(|_| ConfigError("DESTINATIONS must be a table of destinations".into()))?;
-    // In the order written.
-    written
+/// Each destination checked, in the order written.
+fn check_all(entries: Entries, bounds: &Bounds) -> Result<Vec<Destination>, ConfigError> {
+    entries
         .into_iter()
         .map(|(name, value)| check(&name, &value, bounds))
         .collect()
-}
-
-/// A JSON object's entries, values unread: a map type would cost more wasm.
-struct Entries(Vec<(String, Box<RawValue>)>);
-
-impl<'de> Deserialize<'de> for Entries {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Collect;
-        impl<'de> Visitor<'de> for Collect {
-            type Value = Entries;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a table")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries, A::Error> {
-                let mut entries = Vec::new();
-                while let Some(entry) = map.next_entry()? {
-                    entries.push(entry);
-                }
-                Ok(Entries(entries))
-            }
-        }
-        deserializer.deserialize_map(Collect)
-    }
 }
 
 fn check(name: &str, value: &RawValue, bounds: &Bounds) -> Result<Destination, ConfigError> {
@@ -322,8 +294,17 @@ mod tests {
         max_timeout_ms: 30_000,
     };
 
+    fn parse(json: &str) -> Result<Vec<Destination>, ConfigError> {
+        let entries: Vec<(String, Box<RawValue>)> =
+            serde_json::from_str::<std::collections::BTreeMap<String, Box<RawValue>>>(json)
+                .unwrap()
+                .into_iter()
+                .collect();
+        check_all(entries, &BOUNDS)
+    }
+
     fn one(json: &str) -> Result<Destination, ConfigError> {
-        parse(&format!(r#"{{"backend":{json}}}"#), &BOUNDS).map(|mut all| all.remove(0))
+        parse(&format!(r#"{{"backend":{json}}}"#)).map(|mut all| all.remove(0))
     }
 
     #[test]
@@ -393,7 +374,7 @@ mod tests {
             assert!(error.starts_with(says), "{json}: {error}");
             assert!(!error.contains("c2VjcmV0"), "{error}");
         }
-        let error = parse(r#"{"Back End":{"url":"https://x","secret":"S"}}"#, &BOUNDS).unwrap_err();
+        let error = parse(r#"{"Back End":{"url":"https://x","secret":"S"}}"#).unwrap_err();
         assert!(
             error.0.contains("DESTINATIONS.Back End: a name is"),
             "{}",

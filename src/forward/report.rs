@@ -19,7 +19,8 @@ pub struct DestinationReport {
     /// `closed`, `open` or `disabled`.
     pub state: String,
     pub paused: bool,
-    /// Deliveries waiting (due, retrying or held).
+    /// Deliveries not yet delivered nor dead: due, retrying, held or in
+    /// flight.
     pub backlog: i64,
     pub dead: i64,
     /// Of the attempts at deliveries created in the last hour, the share
@@ -37,7 +38,7 @@ pub struct DestinationReport {
 /// Per destination with rows or state: counts, rate and percentiles in one
 /// scan of its index. `?1` the window's start.
 const REPORT: &str = "WITH counts AS (\
-         SELECT destination AS name, sum(status = 'pending') AS backlog, \
+         SELECT destination AS name, sum(status IN ('pending', 'sending')) AS backlog, \
              sum(status = 'dead') AS dead, \
              sum(CASE WHEN created_at >= ?1 THEN attempts END) AS tried, \
              sum(created_at >= ?1 AND status = 'delivered') AS succeeded \
