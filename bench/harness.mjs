@@ -9,15 +9,16 @@ const SECRET = "whsec_test_current";
 
 /**
  * A realistic checkout.session.completed: about 930 bytes. With an `email`
- * (null for none) its effect queues one side effect, the receipt.
+ * (null for none) its effect queues one side effect, the receipt. As
+ * another `type` (checkout.session.expired), an event with no effect.
  */
-export function checkoutBody(n, { email = "buyer@example.com" } = {}) {
+export function checkoutBody(n, { email = "buyer@example.com", type = "checkout.session.completed" } = {}) {
   return JSON.stringify({
     id: `evt_bench_${process.pid}_${n}`,
     object: "event",
     api_version: "2024-06-20",
     created: Math.floor(Date.now() / 1000),
-    type: "checkout.session.completed",
+    type,
     livemode: false,
     pending_webhooks: 1,
     request: { id: null, idempotency_key: null },

@@ -5,17 +5,19 @@
 //
 //   make sink     or   node scripts/sink.mjs [port]     (default 9000)
 //
-// The key is BACKEND_SIGNING_SECRET, from the environment or .dev.vars.
+// The key is BACKEND_SIGNING_SECRET, from the environment or .dev.vars
+// (or .dev.vars.example, which `make dev` copies to it).
 import { existsSync, readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { Webhook } from "standardwebhooks";
 
 const port = Number(process.argv[2] ?? 9000);
 const status = Number(process.env.SINK_STATUS ?? 200);
-const fromDevVars = () =>
-  existsSync(".dev.vars")
-    ? readFileSync(".dev.vars", "utf8").match(/^BACKEND_SIGNING_SECRET\s*=\s*"?([^"\n]+)"?/m)?.[1]
-    : undefined;
+// .dev.vars, or the example `make dev` copies it from.
+const fromDevVars = () => {
+  const file = [".dev.vars", ".dev.vars.example"].find(existsSync);
+  return file && readFileSync(file, "utf8").match(/^BACKEND_SIGNING_SECRET\s*=\s*"?([^"\n]+)"?/m)?.[1];
+};
 const secret = process.env.BACKEND_SIGNING_SECRET ?? fromDevVars();
 if (!secret) {
   console.error("BACKEND_SIGNING_SECRET is not set (in the environment or .dev.vars)");
