@@ -182,7 +182,13 @@ for (const [name, source] of sources) {
 for (const [name, destination] of Object.entries(typeof config.vars.DESTINATIONS === "object" ? config.vars.DESTINATIONS : {})) {
   wanted.set(destination.secret, {
     why: `the signing key of destination "${name}" (your backend verifies with it)`,
-    valid: (key) => /^whsec_[A-Za-z0-9+/]+=*$/.test(key) && Buffer.from(key.slice(6), "base64").length >= 24,
+    // Several during a rotation, separated by commas or newlines.
+    valid: (value) =>
+      value
+        .split(/[,\n]/)
+        .map((key) => key.trim())
+        .filter(Boolean)
+        .every((key) => /^whsec_[A-Za-z0-9+/]+=*$/.test(key) && Buffer.from(key.slice(6), "base64").length >= 24),
     rule: 'must be whsec_ and the base64 of 24 or more random bytes: make one with `echo "whsec_$(openssl rand -base64 32)"`',
   });
 }

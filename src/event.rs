@@ -26,10 +26,10 @@ pub struct VerifiedEvent {
     /// When this delivery arrived (for the held event: the first one), in
     /// milliseconds since the Unix epoch.
     pub received_at: i64,
-    /// Where the source forwards (see `forward`): the request headers a
-    /// destination is sent, `Content-Type` and those listed, as a JSON
-    /// array of `[name, value]`. `None` for a source that forwards nowhere.
-    pub headers: Option<String>,
+    /// Where it is forwarded, fixed when it was received: a
+    /// `forward::Forward` as JSON (the destinations, and the request headers
+    /// they are sent). `None` for an event forwarded nowhere.
+    pub forward: Option<String>,
 }
 
 impl VerifiedEvent {

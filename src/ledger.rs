@@ -99,7 +99,7 @@ mod tests {
             body: "{}".into(),
             fence: Some(crate::event::sha256_hex(b"{}")),
             received_at: 1_000,
-            headers: None,
+            forward: None,
         };
         assert_eq!(
             row(&event, 2_000),

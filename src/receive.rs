@@ -16,7 +16,7 @@ use crate::clock::now_ms;
 use crate::config::{self, AlertSettings, ConfigError, Limits};
 use crate::event::{self, VerifiedEvent};
 use crate::fault::Fault;
-use crate::forward::{self, destinations};
+use crate::forward::{destinations, Forward};
 use crate::http::{self, BodyError};
 use crate::inbox::client::{self, Answer, DeliveryError, Handoff};
 use crate::inbox::state::Outcome;
@@ -318,7 +318,7 @@ async fn receive(
     // or cannot sign refuses the delivery, never drops it later.
     let bounds = destinations::Bounds::from_env(env)?;
     let routes = destinations::routes(env, &bounds, source, &config.forward, &identity.kind)?;
-    let headers = forward::headers_to_send(&routes, |name| raw.header(name));
+    let forward = Forward::to(&routes, |name| raw.header(name));
     let fence = provider.replay_fence(&raw);
     let body = String::from_utf8(raw.body)
         .map_err(|_| Rejection::MalformedBody("body is not UTF-8".into()))?;
@@ -330,7 +330,7 @@ async fn receive(
         fence,
         body,
         received_at: now_ms(),
-        headers,
+        forward,
     };
     // The inbox plans the effect, once, and refuses an event it cannot
     // plan (it would fail every retry) while the sender can still see why.

@@ -16,7 +16,7 @@
 use serde::Deserialize;
 use worker::Env;
 
-use crate::config::{self, ConfigError};
+use crate::config::{self, without_values, ConfigError};
 
 /// One source's settings. Fields past `tolerance_secs` describe a sender
 /// configured without code (how it signs, where its id is), and only the
@@ -98,16 +98,6 @@ fn parse(name: &str, json: &str) -> Result<SourceConfig, ConfigError> {
         )));
     }
     Ok(config)
-}
-
-/// A decoding error without the values it quotes (`invalid type: string
-/// "…"`): a setting's value may be a secret pasted in the wrong place.
-fn without_values(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    for (i, part) in message.split('"').enumerate() {
-        out.push_str(if i % 2 == 1 { "…" } else { part });
-    }
-    out
 }
 
 #[cfg(test)]

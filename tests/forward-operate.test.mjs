@@ -103,6 +103,8 @@ describe("operating forwarding", () => {
     await eventually(() => calls("other", event.id).some((c) => c.status === 200), 10_000, "the waiting delivery");
     assert.equal((await report("other")).state, "closed");
     assert.equal((await api("POST", "destinations/other/launch")).status, 404);
+    assert.deepEqual((await api("POST", "destinations/undeclared/pause")).body, { changed: false });
+    assert.equal(await w.scalar("SELECT count(*) FROM destinations WHERE name = 'undeclared'"), 0);
   });
 
   // needs: dashboard
@@ -112,6 +114,15 @@ describe("operating forwarding", () => {
       const res = await w.mf.dispatchFetch(`http://localhost${path}`, { headers: { cookie } });
       return { status: res.status, html: await res.text() };
     };
+    // A post from another site is refused, as every dashboard action's.
+    const crossSite = await w.mf.dispatchFetch("http://localhost/admin/destinations/main/pause", {
+      method: "POST",
+      body: "form_token=00",
+      headers: { cookie, "content-type": "application/x-www-form-urlencoded", "sec-fetch-site": "cross-site" },
+      redirect: "manual",
+    });
+    assert.equal(crossSite.status, 403);
+    assert.equal((await report("main")).paused, false);
     const destinations = await get("/admin/destinations");
     assert.equal(destinations.status, 200);
     assert.match(destinations.html, /<code>main<\/code>/);

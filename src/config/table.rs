@@ -37,6 +37,16 @@ pub fn table(env: &Env, name: &str) -> Result<Option<Entries>, ConfigError> {
     })
 }
 
+/// A decoding error without the values it quotes (`invalid type: string
+/// "…"`): a setting's value may be a secret pasted in the wrong place.
+pub fn without_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for (i, part) in message.split('"').enumerate() {
+        out.push_str(if i % 2 == 1 { "…" } else { part });
+    }
+    out
+}
+
 fn parse(json: &str) -> Option<Entries> {
     serde_json::from_str::<Table>(json)
         .ok()

@@ -72,22 +72,10 @@ pub struct Plan {
     pub forward_ids: Vec<String>,
 }
 
-impl Plan {
-    /// Adds the event's deliveries to `destinations` to the batch (see
-    /// `forward`): they commit with its ledger row, or not at all.
-    #[inline(never)]
-    pub fn forwarding(mut self, event: &VerifiedEvent, destinations: &[String], now: i64) -> Self {
-        if let Some((rows, ids)) = forward::insert(event, destinations, now) {
-            self.batch.push(rows);
-            self.forward_ids = ids;
-        }
-        self
-    }
-}
-
 /// The full batch for an event: the ledger row first, then its writes, then
-/// one outbox row per side effect. `now` (ms) stamps `processed_at` and the
-/// rows. `fault` (end-to-end tests only) may add a test side effect.
+/// one outbox row per side effect, then its deliveries to destinations (see
+/// `forward`). `now` (ms) stamps `processed_at` and the rows. `fault`
+/// (end-to-end tests only) may add a test side effect.
 pub fn plan(event: &VerifiedEvent, now: i64, fault: Option<Fault>) -> Result<Plan, PlanError> {
     let planner = EFFECTS
         .iter()
@@ -103,21 +91,24 @@ pub fn plan(event: &VerifiedEvent, now: i64, fault: Option<Fault>) -> Result<Pla
     Ok(batch(event, effect, now))
 }
 
-/// The ledger row, the effect's writes, its outbox rows: one transaction.
+/// The ledger row, the effect's writes, its outbox rows, its deliveries:
+/// one transaction.
 fn batch(event: &VerifiedEvent, effect: Effect, now: i64) -> Plan {
     let (outbox_rows, outbox_keys): (Vec<Statement>, Vec<String>) = effect
         .side_effects
         .into_iter()
         .map(|side_effect| outbox::insert(event, side_effect, now))
         .unzip();
+    let (forward_rows, forward_ids) = forward::insert(event, now).unzip();
     let batch = std::iter::once(ledger::row(event, now))
         .chain(effect.writes)
         .chain(outbox_rows)
+        .chain(forward_rows)
         .collect();
     Plan {
         batch,
         outbox_keys,
-        forward_ids: Vec::new(),
+        forward_ids: forward_ids.unwrap_or_default(),
     }
 }
 
@@ -157,7 +148,7 @@ pub(crate) mod tests {
             body: body.into(),
             fence: Some(crate::event::sha256_hex(body.as_bytes())),
             received_at: 1_000,
-            headers: None,
+            forward: None,
         }
     }
 
@@ -190,10 +181,10 @@ pub(crate) mod tests {
 
     #[test]
     fn deliveries_commit_in_the_same_batch_after_the_ledger_row() {
-        let event = event("example", "ping", "{}");
-        let plan = plan(&event, 2, None).unwrap();
-        assert_eq!(plan.clone().forwarding(&event, &[], 2), plan);
-        let forwarded = plan.forwarding(&event, &["backend".into()], 2);
+        let mut event = event("example", "ping", "{}");
+        assert_eq!(plan(&event, 2, None).unwrap().batch.len(), 1);
+        event.forward = Some(r#"{"to":["backend"],"headers":[]}"#.into());
+        let forwarded = plan(&event, 2, None).unwrap();
         assert_eq!(forwarded.batch.len(), 2);
         assert_eq!(forwarded.batch[0], ledger::row(&event, 2));
         assert!(forwarded.batch[1].sql.starts_with("INSERT INTO forwards"));

@@ -6,8 +6,8 @@
 //! `pending` without spending attempts, and one probe goes out per
 //! `FORWARD_PROBE_SECS`. A success closes it, and its backlog drains oldest
 //! first. A 410 disables it, and a pause holds it, until an operator says
-//! otherwise. Every change of state alerts the operators, in the same
-//! transaction.
+//! otherwise. Every change the breaker makes (opened, closed, disabled)
+//! alerts the operators, in the same transaction.
 
 use crate::config::{AlertSettings, ForwardSettings};
 use crate::d1::Statement;
@@ -36,8 +36,8 @@ pub struct Tally {
     pub gone: bool,
     /// The last error, for the console.
     pub last_error: Option<String>,
-    /// The claim found it failing or open: a success must reset it.
-    pub was_failing: bool,
+    /// One of them was its probe: a success closes it.
+    pub probed: bool,
 }
 
 /// What a statement of [`statements`] means when it changes a row.
@@ -72,7 +72,7 @@ pub fn statements(
         (row, Meaning::Alert(key))
     };
     let error = tally.last_error.as_deref().unwrap_or("");
-    if tally.delivered > 0 && tally.was_failing {
+    if tally.delivered > 0 && tally.probed {
         out.push((
             Statement::new(
                 "UPDATE destinations SET state = 'closed', state_since = ?2, failures = 0, \
@@ -82,6 +82,10 @@ pub fn statements(
             Meaning::Closed(name.to_string()),
         ));
         out.push(alert("closed", ""));
+    }
+    if tally.delivered > 0 {
+        // Failures in a row end with a success, whichever batch saw them:
+        // one statement per batch, which writes only when there were some.
         out.push((
             Statement::new(
                 "UPDATE destinations SET failures = 0, updated_at = ?2 \
@@ -199,12 +203,12 @@ mod tests {
     }
 
     #[test]
-    fn a_healthy_destination_costs_no_statement() {
+    fn a_healthy_destination_costs_one_statement_that_writes_nothing() {
         let tally = Tally {
             delivered: 10,
             ..Tally::default()
         };
-        assert!(sql(tally).is_empty());
+        assert_eq!(sql(tally), ["UPDATE destinations SET"]);
     }
 
     #[test]
@@ -228,7 +232,7 @@ mod tests {
     fn a_success_after_failures_closes_and_resets() {
         let tally = Tally {
             delivered: 1,
-            was_failing: true,
+            probed: true,
             ..Tally::default()
         };
         let all = statements("backend", &tally, &settings(), &ALERTS, 1_000);

@@ -1,15 +1,16 @@
 //! The forward queue's consumer. A batch's deliveries are claimed in one
-//! statement and their results recorded in one more, so that D1 sees two
-//! statements per batch on the success path, not two per delivery; the
-//! attempts between run concurrently. Every completion is conditional on
-//! its claim (attempt number and lease), as in the outbox.
+//! statement (`claim.rs`) and their results recorded in one more, so
+//! that D1 sees a few statements per batch on the success path, not two per
+//! delivery; the attempts between run six at a time. Every completion is
+//! conditional on its claim (attempt number and lease), as in the outbox.
 
-use futures_util::future::join_all;
-use serde::{Deserialize, Serialize};
+use futures_util::stream::{self, StreamExt};
+use serde::Serialize;
 use worker::wasm_bindgen::JsValue;
 use worker::{Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage};
 
-use super::breaker::{self, held, Meaning, Tally};
+use super::breaker::{self, Meaning, Tally};
+use super::claim::{claim, Claim, Claimed};
 use super::destinations::{self, Bounds, Destination};
 use super::outcome::{verdict, Verdict};
 use super::send::{self, Attempt, Delivery};
@@ -20,64 +21,6 @@ use crate::d1::{Db, Statement};
 use crate::log::{self, Line};
 use crate::outbox::notify_operator::{self, Alert};
 use crate::outbox::{self, enqueue_now};
-
-/// A claimed delivery, as the claim's `RETURNING` gives it.
-#[derive(Deserialize)]
-struct Claimed {
-    id: String,
-    source: String,
-    event_id: String,
-    #[serde(rename = "type")]
-    kind: String,
-    destination: String,
-    attempts: i64,
-    /// When its `max_age` started: created, or redelivered.
-    budget_from: i64,
-    /// Its destination's consecutive failures (`None`: no row).
-    failures: Option<i64>,
-}
-
-/// Claims the batch's due deliveries whose destination is not held;
-/// `?1` now, `?2` the lease's end, `?3` a JSON array of ids.
-const CLAIM: &str = concat!(
-    "UPDATE forwards SET status = 'sending', attempts = attempts + 1, lease_until = ?2, \
-         updated_at = ?1 \
-     WHERE delivery_id IN (SELECT value FROM json_each(?3)) \
-       AND ((status = 'pending' AND next_attempt_at <= ?1) \
-            OR (status = 'sending' AND lease_until < ?1)) \
-       AND destination NOT IN (",
-    held!(),
-    ") RETURNING json_object('id', delivery_id, 'source', source, 'event_id', event_id, \
-         'type', event_type, 'destination', destination, 'attempts', attempts, \
-         'budget_from', budget_from, \
-         'failures', (SELECT failures FROM destinations WHERE name = destination)) AS json"
-);
-
-/// The same for one delivery, whatever its destination's state: a probe.
-const CLAIM_PROBE: &str = "UPDATE forwards SET status = 'sending', attempts = attempts + 1, \
-         lease_until = ?2, updated_at = ?1 \
-     WHERE delivery_id = ?3 AND status = 'pending' \
-     RETURNING json_object('id', delivery_id, 'source', source, 'event_id', event_id, \
-         'type', event_type, 'destination', destination, 'attempts', attempts, \
-         'budget_from', budget_from, 'failures', 1) AS json";
-
-/// Where an unclaimed delivery stands, with its destination's state.
-#[derive(Deserialize)]
-struct Standing {
-    id: String,
-    status: String,
-    next_attempt_at: i64,
-    lease_until: Option<i64>,
-    destination: String,
-    state: Option<String>,
-    paused: Option<i64>,
-}
-
-const STANDING: &str = "SELECT json_object('id', f.delivery_id, 'status', f.status, \
-         'next_attempt_at', f.next_attempt_at, 'lease_until', f.lease_until, \
-         'destination', f.destination, 'state', d.state, 'paused', d.paused) AS json \
-     FROM forwards f LEFT JOIN destinations d ON d.name = f.destination \
-     WHERE f.delivery_id IN (SELECT value FROM json_each(?1))";
 
 /// One delivery's result, as the completion reads it.
 #[derive(Serialize)]
@@ -144,6 +87,10 @@ fn retry(message: &RawMessage, seconds: u32) {
     message.retry_with_options(&options.build());
 }
 
+/// Calls in flight at once: a Worker keeps six connections open, and a
+/// batch of large bodies must not hold them all in memory at once.
+const IN_FLIGHT: usize = 6;
+
 /// Handles the batch; says which messages to retry, after how long (the
 /// rest are acknowledged).
 async fn run(
@@ -151,36 +98,18 @@ async fn run(
     settings: &ForwardSettings,
     ids: &[String],
 ) -> worker::Result<Vec<(String, u32)>> {
-    // Read first: a misconfiguration claims nothing (the rows wait, their
-    // attempts unspent, and the messages come back after a backoff).
+    // Read first: a destination that is not declared, or has no usable
+    // key, claims nothing (its deliveries wait, their attempts unspent).
     let all = destinations::all(env, &Bounds::from_env(env)?)?;
+    let usable = destinations::usable(env, &all);
+    let names: Vec<&str> = usable.iter().map(|d| d.name.as_str()).collect();
     let db = Db::from_env(env)?;
     let now = now_ms();
     let lease_until = now + settings.outbox.lease_ms;
-    let ids_json = serde_json::to_string(ids)?;
-    let claim = Statement::new(CLAIM, vec![now.into(), lease_until.into(), ids_json.into()]);
-    let mut claimed: Vec<(Claimed, bool)> = decode(db.texts(&claim).await?)?
-        .into_iter()
-        .map(|row| (row, false))
-        .collect();
-    let mut retry_in = Vec::new();
-    if claimed.len() < ids.len() {
-        let unclaimed: Vec<&String> = ids
-            .iter()
-            .filter(|id| !claimed.iter().any(|(row, _)| &row.id == *id))
-            .collect();
-        let standing = Statement::new(STANDING, vec![serde_json::to_string(&unclaimed)?.into()]);
-        for row in decode::<Standing>(db.texts(&standing).await?)? {
-            match stand(&db, settings, row, now, lease_until, &mut retry_in).await? {
-                Some(probe) => claimed.push((probe, true)),
-                None => continue,
-            }
-        }
-    }
+    let Claim { claimed, retry_in } = claim(&db, settings, ids, &names, now, lease_until).await?;
     if claimed.is_empty() {
         return Ok(retry_in);
     }
-
     let attempts = claimed.iter().map(|(row, _)| {
         let delivery = Delivery {
             id: &row.id,
@@ -193,55 +122,9 @@ async fn run(
         let destination = destinations::named(&all, &row.destination);
         async move { send::attempt(env, destination, &delivery).await }
     });
-    let attempts = join_all(attempts).await;
+    let attempts: Vec<Attempt> = stream::iter(attempts).buffered(IN_FLIGHT).collect().await;
     complete(env, &db, settings, &all, &claimed, attempts, lease_until).await?;
     Ok(retry_in)
-}
-
-/// What to do with a delivery the claim skipped: nothing (acknowledge:
-/// done, gone, or held by its destination), look again later (into
-/// `retry_in`), or probe its open destination with it (the claimed row).
-async fn stand(
-    db: &Db,
-    settings: &ForwardSettings,
-    row: Standing,
-    now: i64,
-    lease_until: i64,
-    retry_in: &mut Vec<(String, u32)>,
-) -> worker::Result<Option<Claimed>> {
-    let later = |at: i64| {
-        u32::try_from((at - now).max(0) / 1000 + 1)
-            .unwrap_or(u32::MAX)
-            .min(43_200)
-    };
-    match (ForwardStatus::from_name(&row.status), row.state.as_deref()) {
-        (Some(ForwardStatus::Sending), _) => {
-            retry_in.push((row.id, later(row.lease_until.unwrap_or(now))));
-        }
-        (Some(ForwardStatus::Pending), Some("open")) if row.paused != Some(1) => {
-            let probe = breaker::take_probe(&row.destination, settings, now);
-            if db.run(&probe).await? == 1 {
-                let claim = Statement::new(
-                    CLAIM_PROBE,
-                    vec![now.into(), lease_until.into(), row.id.as_str().into()],
-                );
-                return Ok(decode(db.texts(&claim).await?)?.pop());
-            }
-        }
-        (Some(ForwardStatus::Pending), Some("closed") | None) if row.paused != Some(1) => {
-            retry_in.push((row.id, later(row.next_attempt_at)));
-        }
-        // Delivered, dead, held by a pause, a 410 or an open breaker
-        // (the probe, a resume or the relay sends it again).
-        _ => {}
-    }
-    Ok(None)
-}
-
-fn decode<T: serde::de::DeserializeOwned>(rows: Vec<String>) -> worker::Result<Vec<T>> {
-    rows.iter()
-        .map(|row| serde_json::from_str(row).map_err(Into::into))
-        .collect()
 }
 
 /// Records the attempts' results in one transaction, with what they change
@@ -275,7 +158,7 @@ async fn complete(
                 &mut tallies.last_mut().expect("just pushed").1
             }
         };
-        tally.was_failing |= *probe || row.failures.unwrap_or(0) > 0;
+        tally.probed |= *probe;
         let completion = judge(settings, destination, row, &attempt, tally, now);
         if completion.status == ForwardStatus::Dead {
             let (alert, key) = Alert::ForwardDead {
@@ -324,7 +207,7 @@ async fn complete(
                 let backlog = db
                     .texts(&breaker::backlog(&name, breaker::DRAIN_PAGE))
                     .await?;
-                resend.extend(backlog.into_iter().map(|id| (id, 0)));
+                resend.extend(super::paced(backlog));
             }
             _ => {}
         }

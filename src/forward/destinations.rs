@@ -14,10 +14,12 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use worker::Env;
 
+use super::sign::signing_keys;
 use crate::config::{
-    self, duration_ms, is_http_url, ConfigError, Entries, InboxSettings, OutboxSettings, DAY_MS,
+    self, duration_ms, is_http_url, without_values, ConfigError, Entries, InboxSettings,
+    OutboxSettings, DAY_MS,
 };
-use crate::signature::{base64_decode, Secrets};
+use crate::log::{self, Line};
 
 /// How long a delivery is retried by default: as long as providers retry
 /// their own deliveries (3 days is common).
@@ -25,10 +27,6 @@ const DEFAULT_MAX_AGE_MS: i64 = 3 * DAY_MS;
 const DEFAULT_TIMEOUT_MS: u32 = 10_000;
 /// By default `max_age` is what ends the retries, not a count.
 const DEFAULT_MAX_ATTEMPTS: i64 = 100;
-/// The shortest signing key accepted, decoded: the Standard Webhooks
-/// spec's lower bound.
-pub const KEY_MIN_BYTES: usize = 24;
-
 /// One destination as written in `wrangler.toml`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -70,6 +68,22 @@ impl Destination {
     pub fn keys(&self, env: &Env) -> Result<Vec<Vec<u8>>, ConfigError> {
         signing_keys(&self.secret_var, &config::secret(env, &self.secret_var)?)
     }
+}
+
+/// The destinations deliveries may go to now: those whose keys are set
+/// and strong. Each other is logged as an error naming its variable; its
+/// deliveries wait, unspent, until it is fixed.
+pub fn usable<'a>(env: &Env, all: &'a [Destination]) -> Vec<&'a Destination> {
+    all.iter()
+        .filter(|destination| match destination.keys(env) {
+            Ok(_) => true,
+            Err(e) => {
+                let line = Line::new("forward_misconfigured").detail(&destination.name);
+                log::error(&line.error(e));
+                false
+            }
+        })
+        .collect()
 }
 
 /// What bounds a destination's settings.
@@ -154,11 +168,9 @@ fn check(name: &str, value: &RawValue, bounds: &Bounds) -> Result<Destination, C
             setting("")
         )));
     }
-    // The message only: serde's would quote the value, maybe a secret.
     let written: Written = serde_json::from_str(value.get()).map_err(|e| {
-        let what = e.to_string();
-        let field = what.split('`').nth(1).unwrap_or("a setting");
-        ConfigError(format!("{}: unknown or mistyped {field}", setting("")))
+        let why = without_values(&e.to_string());
+        ConfigError(format!("{}: {why}", setting("")))
     })?;
     if !is_http_url(written.url.trim()) {
         return Err(ConfigError(format!(
@@ -235,25 +247,6 @@ fn is_header_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
-/// A variable's keys: each `whsec_` and base64 of at least
-/// [`KEY_MIN_BYTES`]; several, separated by commas or newlines, during a
-/// rotation. The error names the variable, never the value.
-pub fn signing_keys(var: &str, value: &str) -> Result<Vec<Vec<u8>>, ConfigError> {
-    let secrets = Secrets::parse(value).map_err(|why| ConfigError(format!("{var}: {why}")))?;
-    secrets
-        .iter()
-        .map(|secret| {
-            let text = std::str::from_utf8(secret).unwrap_or_default();
-            let key = text.strip_prefix("whsec_").and_then(base64_decode);
-            key.filter(|key| key.len() >= KEY_MIN_BYTES).ok_or_else(|| {
-                ConfigError(format!(
-                    "{var}: each key must be whsec_ and the base64 of {KEY_MIN_BYTES} or more random bytes"
-                ))
-            })
-        })
-        .collect()
 }
 
 /// `*` matches any run of characters, dots included; anything else itself.
@@ -363,11 +356,15 @@ mod tests {
             ),
             (
                 r#"{"url":"https://x","secret":"S","evnets":[]}"#,
-                "DESTINATIONS.backend: unknown or mistyped evnets",
+                "DESTINATIONS.backend: unknown field `evnets`",
             ),
             (
                 r#"{"url":"https://x"}"#,
-                "DESTINATIONS.backend: unknown or mistyped secret",
+                "DESTINATIONS.backend: missing field `secret`",
+            ),
+            (
+                r#"{"url":"https://x","secret":"S","events":"whsec_c2VjcmV0"}"#,
+                "DESTINATIONS.backend: invalid type: string",
             ),
         ] {
             let error = one(json).unwrap_err().0;
@@ -380,24 +377,6 @@ mod tests {
             "{}",
             error.0
         );
-    }
-
-    #[test]
-    fn keys_are_whsec_base64_of_24_bytes_or_more() {
-        let key = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-        assert_eq!(signing_keys("K", key).unwrap()[0].len(), 24);
-        let two = signing_keys("K", &format!("{key},{key}")).unwrap();
-        assert_eq!(two.len(), 2);
-        for weak in [
-            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-            "whsec_c2hvcnRzZWNyZXQ=",
-            "whsec_!!!!!!!!",
-            "",
-        ] {
-            let error = signing_keys("BACKEND_SIGNING_SECRET", weak).unwrap_err().0;
-            assert!(error.starts_with("BACKEND_SIGNING_SECRET: "), "{error}");
-            assert!(weak.is_empty() || !error.contains(weak), "{error}");
-        }
     }
 
     #[test]

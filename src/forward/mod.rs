@@ -18,6 +18,7 @@
 //! behind and sends the open breakers' probes.
 
 pub mod breaker;
+mod claim;
 pub mod consumer;
 pub mod destinations;
 pub mod operate;
@@ -29,12 +30,14 @@ pub mod sign;
 
 use worker::Env;
 
-use self::destinations::{Bounds, Destination};
-use crate::config::{ConfigError, FORWARD_BINDING};
+use serde::{Deserialize, Serialize};
+
+use self::destinations::Destination;
+use crate::config::FORWARD_BINDING;
 use crate::d1::Statement;
 use crate::event::VerifiedEvent;
 use crate::names::named_enum;
-use crate::{outbox, sources};
+use crate::outbox;
 
 named_enum! {
     /// The states of a `forwards` row.
@@ -56,6 +59,66 @@ pub fn delivery_id(source: &str, event_id: &str, destination: &str) -> String {
     outbox::idempotency_key(source, event_id, &format!("forward {destination}"))
 }
 
+/// Where an event is forwarded, fixed when it is received and kept with it
+/// in its inbox ([`VerifiedEvent::forward`]): a retry of its effect writes
+/// the same deliveries whatever the configuration says by then.
+#[derive(Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Forward {
+    /// The destinations, by name.
+    pub to: Vec<String>,
+    /// The request headers they may be sent: `Content-Type`, and those a
+    /// destination lists (each gets only its own).
+    pub headers: Vec<(String, String)>,
+}
+
+/// The longest header value carried: a handoff is a URL, and no provider
+/// sends a longer one worth passing on.
+const HEADER_MAX_BYTES: usize = 2048;
+
+impl Forward {
+    /// The forward of an event to `routes`, its headers read by `header`;
+    /// `None` where there is no route. A value that is not printable ASCII,
+    /// or is too long, is left out: it could not be carried again.
+    #[inline(never)]
+    pub fn to<'a>(
+        routes: &[Destination],
+        header: impl Fn(&str) -> Option<&'a str>,
+    ) -> Option<String> {
+        if routes.is_empty() {
+            return None;
+        }
+        let mut names: Vec<&str> = vec!["content-type"];
+        for name in routes.iter().flat_map(|d| &d.headers) {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+        let carried = |v: &&str| {
+            v.len() <= HEADER_MAX_BYTES
+                && v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+        };
+        let forward = Forward {
+            to: routes.iter().map(|d| d.name.clone()).collect(),
+            headers: names
+                .into_iter()
+                .filter_map(|name| {
+                    header(name)
+                        .filter(carried)
+                        .map(|v| (name.into(), v.into()))
+                })
+                .collect(),
+        };
+        // Strings only: serialization cannot fail.
+        Some(serde_json::to_string(&forward).expect("strings serialize"))
+    }
+
+    /// Reads one back; an unreadable one (an older release's) is none.
+    pub fn read(json: Option<&str>) -> Forward {
+        json.and_then(|json| serde_json::from_str(json).ok())
+            .unwrap_or_default()
+    }
+}
+
 /// The rows of an event's deliveries, one statement whatever their number
 /// (`?5`: a JSON array of `[id, destination]`).
 const INSERT_ROWS: &str = "INSERT INTO forwards \
@@ -64,23 +127,20 @@ const INSERT_ROWS: &str = "INSERT INTO forwards \
      SELECT json_extract(value, '$[0]'), ?1, ?2, ?3, json_extract(value, '$[1]'), ?4, ?4, ?4, ?4 \
      FROM json_each(?5) WHERE true ON CONFLICT (delivery_id) DO NOTHING";
 
-/// The statement writing an event's deliveries to `destinations`, for its
-/// effect batch, and their ids; `None` when it goes nowhere.
-pub fn insert(
-    event: &VerifiedEvent,
-    destinations: &[String],
-    now: i64,
-) -> Option<(Statement, Vec<String>)> {
-    if destinations.is_empty() {
+/// The statement writing `event`'s deliveries, for its effect batch, and
+/// their ids; `None` when it goes nowhere.
+pub fn insert(event: &VerifiedEvent, now: i64) -> Option<(Statement, Vec<String>)> {
+    let to = Forward::read(event.forward.as_deref()).to;
+    if to.is_empty() {
         return None;
     }
-    let ids: Vec<String> = destinations
+    let ids: Vec<String> = to
         .iter()
         .map(|destination| delivery_id(&event.source, &event.id, destination))
         .collect();
     let pairs: Vec<[&str; 2]> = ids
         .iter()
-        .zip(destinations)
+        .zip(&to)
         .map(|(id, destination)| [id.as_str(), destination.as_str()])
         .collect();
     // Strings only: serialization cannot fail.
@@ -98,43 +158,17 @@ pub fn insert(
     Some((statement, ids))
 }
 
-/// The names of the destinations `event`'s source forwards it to, by its
-/// type: what the inbox writes rows for.
-#[inline(never)]
-pub fn destinations_for(env: &Env, event: &VerifiedEvent) -> Result<Vec<String>, ConfigError> {
-    let Some(source) = sources::lookup(env, &event.source)? else {
-        return Ok(Vec::new());
-    };
-    let bounds = Bounds::from_env(env)?;
-    let routes = destinations::routes(env, &bounds, &event.source, &source.forward, &event.kind)?;
-    Ok(routes.into_iter().map(|d| d.name).collect())
-}
+/// Deliveries sent this many a second when a backlog is let go (a breaker
+/// closes, an operator resumes, the relay re-sends): a destination that has
+/// just come back is not met with its whole backlog at once.
+const PACE_PER_SEC: usize = 50;
 
-/// The request headers `routes` are sent, as [`VerifiedEvent::headers`]:
-/// `Content-Type` and those a destination lists, read by `header`. `None`
-/// where there is no route. A value that is not printable ASCII is left
-/// out: it could not be carried as a header again.
-#[inline(never)]
-pub fn headers_to_send<'a>(
-    routes: &[Destination],
-    header: impl Fn(&str) -> Option<&'a str>,
-) -> Option<String> {
-    if routes.is_empty() {
-        return None;
-    }
-    let mut names: Vec<&str> = vec!["content-type"];
-    for name in routes.iter().flat_map(|d| &d.headers) {
-        if !names.contains(&name.as_str()) {
-            names.push(name);
-        }
-    }
-    let printable = |v: &&str| v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
-    let pairs: Vec<[&str; 2]> = names
-        .into_iter()
-        .filter_map(|name| header(name).filter(printable).map(|value| [name, value]))
-        .collect();
-    // Strings only: serialization cannot fail.
-    Some(serde_json::to_string(&pairs).expect("strings serialize"))
+/// `ids`, oldest first, each with its delay at `PACE_PER_SEC`.
+pub fn paced(ids: Vec<String>) -> Vec<(String, u32)> {
+    ids.into_iter()
+        .enumerate()
+        .map(|(i, id)| (id, u32::try_from(i / PACE_PER_SEC).unwrap_or(u32::MAX)))
+        .collect()
 }
 
 /// Sends delivery ids to the forward queue, each after its delay (seconds).
@@ -148,9 +182,9 @@ pub async fn enqueue(env: &Env, ids: &[(String, u32)]) -> worker::Result<()> {
 mod tests {
     use super::*;
 
-    fn route(headers: &[&str]) -> Destination {
+    fn route(name: &str, headers: &[&str]) -> Destination {
         Destination {
-            name: "d".into(),
+            name: name.into(),
             url: "https://x".into(),
             secret_var: "S".into(),
             events: None,
@@ -162,30 +196,37 @@ mod tests {
     }
 
     #[test]
-    fn the_content_type_and_listed_headers_are_kept_once_each() {
+    fn a_forward_names_its_routes_and_keeps_their_headers_once_each() {
+        let long = "x".repeat(HEADER_MAX_BYTES + 1);
         let request = [
             ("content-type", "application/json"),
             ("x-request-id", "r1"),
             ("x-provider-signature", "t=1,v1=ab"),
             ("x-odd", "caf\u{e9}"),
+            ("x-long", long.as_str()),
         ];
         let header = |name: &str| request.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
-        assert_eq!(headers_to_send(&[], header), None);
+        assert_eq!(Forward::to(&[], header), None);
         let routes = [
-            route(&["x-request-id", "x-odd"]),
-            route(&["x-request-id", "x-missing"]),
+            route("a", &["x-request-id", "x-odd", "x-long"]),
+            route("b", &["x-request-id", "x-missing"]),
         ];
+        let json = Forward::to(&routes, header).unwrap();
         assert_eq!(
-            headers_to_send(&routes, header).unwrap(),
-            r#"[["content-type","application/json"],["x-request-id","r1"]]"#
+            json,
+            r#"{"to":["a","b"],"headers":[["content-type","application/json"],["x-request-id","r1"]]}"#
         );
+        assert_eq!(Forward::read(Some(&json)).to, ["a", "b"]);
+        assert_eq!(Forward::read(None), Forward::default());
+        assert_eq!(Forward::read(Some("[1]")), Forward::default());
     }
 
     #[test]
     fn an_event_s_deliveries_are_one_statement_with_stable_ids() {
-        let event = crate::effects::tests::event("example", "invoice.paid", "{}");
-        assert!(insert(&event, &[], 5).is_none());
-        let (statement, ids) = insert(&event, &["a".into(), "b".into()], 5).unwrap();
+        let mut event = crate::effects::tests::event("example", "invoice.paid", "{}");
+        assert!(insert(&event, 5).is_none());
+        event.forward = Some(r#"{"to":["a","b"],"headers":[]}"#.into());
+        let (statement, ids) = insert(&event, 5).unwrap();
         assert_eq!(
             ids,
             [

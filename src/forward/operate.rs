@@ -6,6 +6,7 @@
 use worker::Env;
 
 use super::breaker::{self, DRAIN_PAGE};
+use super::destinations::{self, Bounds};
 use crate::clock::now_ms;
 use crate::d1::{Db, Statement};
 use crate::log::{self, Line};
@@ -37,12 +38,17 @@ pub async fn redeliver(env: &Env, id: &str) -> worker::Result<bool> {
     if Db::from_env(env)?.run(&again).await? == 0 {
         return Ok(false);
     }
-    send(env, vec![id.to_string()]).await;
+    send(env, vec![(id.to_string(), 0)]).await;
     Ok(true)
 }
 
-/// Does `action` to destination `name`; says whether it changed anything.
+/// Does `action` to destination `name`; says whether it changed anything
+/// (nothing, for a name `DESTINATIONS` does not declare).
 pub async fn destination(env: &Env, name: &str, action: DestinationAction) -> worker::Result<bool> {
+    let declared = destinations::all(env, &Bounds::from_env(env)?)?;
+    if destinations::named(&declared, name).is_none() {
+        return Ok(false);
+    }
     let now = now_ms();
     let params = vec![name.into(), now.into()];
     let sql = match action {
@@ -66,15 +72,18 @@ pub async fn destination(env: &Env, name: &str, action: DestinationAction) -> wo
     let db = Db::from_env(env)?;
     let changed = db.run(&Statement::new(sql, params)).await? > 0;
     if changed && action != DestinationAction::Pause {
-        // The oldest first, now; the relay sends the rest.
-        send(env, db.texts(&breaker::backlog(name, DRAIN_PAGE)).await?).await;
+        // The oldest first, paced; the relay sends the rest.
+        send(
+            env,
+            super::paced(db.texts(&breaker::backlog(name, DRAIN_PAGE)).await?),
+        )
+        .await;
     }
     Ok(changed)
 }
 
-/// Sends deliveries now, best effort: the relay sends what this could not.
-async fn send(env: &Env, ids: Vec<String>) {
-    let jobs: Vec<(String, u32)> = ids.into_iter().map(|id| (id, 0)).collect();
+/// Sends deliveries, best effort: the relay sends what this could not.
+async fn send(env: &Env, jobs: Vec<(String, u32)>) {
     if let Err(e) = super::enqueue(env, &jobs).await {
         log::error(&Line::new("forward_enqueue_failed").error(e));
     }

@@ -4,6 +4,7 @@
 use worker::Env;
 
 use super::breaker::held;
+use super::destinations::{self, Bounds};
 use crate::clock::now_ms;
 use crate::config::ForwardSettings;
 use crate::d1::{Db, Statement};
@@ -13,37 +14,54 @@ use crate::log::{self, Line};
 /// many a minute, within a run's subrequest budget.
 const ROWS_PER_RUN: i64 = 1_000;
 
-/// Due deliveries past the grace period whose destination is not held,
-/// oldest first; each moved to now, so that a slow queue is re-sent once
-/// per grace period, not on every run. `?1` now less the grace, `?2` now.
+/// Due deliveries past the grace period whose destination is usable (`?4`)
+/// and not held, oldest first; each moved to now, so that a slow queue is
+/// re-sent once per grace period, not on every run. `?1` now less the
+/// grace, `?2` now, `?3` how many.
 const DUE: &str = concat!(
     "UPDATE forwards SET next_attempt_at = ?2 WHERE delivery_id IN (\
          SELECT delivery_id FROM forwards \
          WHERE status IN ('pending', 'sending') AND next_attempt_at <= ?1 \
            AND (status = 'pending' OR lease_until <= ?1) \
+           AND destination IN (SELECT value FROM json_each(?4)) \
            AND destination NOT IN (",
     held!(),
     ") ORDER BY next_attempt_at LIMIT ?3) RETURNING delivery_id"
 );
 
-/// The oldest waiting delivery of each open destination whose probe is due.
+/// For each open, usable (`?2`) destination whose probe is due, the
+/// waiting delivery tried least recently (a probe that keeps failing for
+/// reasons of its own does not keep the breaker open), or one whose claim
+/// expired (a probe whose consumer crashed). `?1` now.
 const PROBES: &str = "SELECT id FROM (\
          SELECT (SELECT delivery_id FROM forwards \
-                 WHERE destination = d.name AND status = 'pending' \
-                 ORDER BY created_at LIMIT 1) AS id \
-         FROM destinations d WHERE d.state = 'open' AND d.paused = 0 AND d.probe_at <= ?1) \
+                 WHERE destination = d.name \
+                   AND (status = 'pending' OR (status = 'sending' AND lease_until < ?1)) \
+                 ORDER BY updated_at LIMIT 1) AS id \
+         FROM destinations d WHERE d.state = 'open' AND d.paused = 0 AND d.probe_at <= ?1 \
+           AND d.name IN (SELECT value FROM json_each(?2))) \
      WHERE id IS NOT NULL";
 
 pub async fn run(env: &Env) -> worker::Result<()> {
     let settings = ForwardSettings::from_env(env)?;
+    let all = destinations::all(env, &Bounds::from_env(env)?)?;
+    let usable = destinations::usable(env, &all);
+    let names: Vec<&str> = usable.iter().map(|d| d.name.as_str()).collect();
+    let names = serde_json::to_string(&names)?;
     let db = Db::from_env(env)?;
     let now = now_ms();
     let grace = now - settings.outbox.relay_grace_ms;
-    let due = Statement::new(DUE, vec![grace.into(), now.into(), ROWS_PER_RUN.into()]);
-    let mut ids = db.texts(&due).await?;
+    let params = vec![
+        grace.into(),
+        now.into(),
+        ROWS_PER_RUN.into(),
+        names.as_str().into(),
+    ];
+    let ids = db.texts(&Statement::new(DUE, params)).await?;
     let resent = ids.len();
-    ids.extend(db.texts(&Statement::new(PROBES, vec![now.into()])).await?);
-    let jobs: Vec<(String, u32)> = ids.into_iter().map(|id| (id, 0)).collect();
+    let mut jobs = super::paced(ids);
+    let probes = Statement::new(PROBES, vec![now.into(), names.into()]);
+    jobs.extend(db.texts(&probes).await?.into_iter().map(|id| (id, 0)));
     super::enqueue(env, &jobs).await?;
     if resent > 0 {
         log::warn(&Line::new("forward_relay").sent(resent));

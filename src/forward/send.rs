@@ -5,10 +5,10 @@
 use std::borrow::Cow;
 
 use serde::Serialize;
-use worker::{web_sys, Env, Fetch};
+use worker::{web_sys, Env, Fetch, ResponseBody};
 
 use super::destinations::Destination;
-use super::sign;
+use super::{sign, Forward};
 use crate::clock::now_ms;
 use crate::http;
 use crate::inbox::client;
@@ -103,7 +103,7 @@ async fn post(env: &Env, destination: &Destination, delivery: &Delivery<'_>) -> 
         Ok(keys) => keys,
         Err(e) => return not_made(e.0, false),
     };
-    let (body, stored) = match client::body(env, delivery.source, delivery.event_id).await {
+    let (body, forward) = match client::body(env, delivery.source, delivery.event_id).await {
         Ok(Some(found)) => found,
         Ok(None) => {
             let why = "the event's inbox no longer holds its body (past RETENTION)";
@@ -111,7 +111,7 @@ async fn post(env: &Env, destination: &Destination, delivery: &Delivery<'_>) -> 
         }
         Err(_) => return not_made("the event's inbox did not answer".into(), false),
     };
-    let stored: Vec<(String, String)> = serde_json::from_str(&stored).unwrap_or_default();
+    let stored = Forward::read(Some(&forward)).headers;
     let timestamp = now_ms() / 1000;
     let signature = sign::signature(&keys, delivery.id, timestamp, body.as_bytes());
     let timestamp = timestamp.to_string();
@@ -142,6 +142,10 @@ async fn post(env: &Env, destination: &Destination, delivery: &Delivery<'_>) -> 
     let latency_ms = now_ms() - started;
     match sent {
         Ok(response) => {
+            // The answer's body is not read: let its connection go now.
+            if let ResponseBody::Stream(body) = response.body() {
+                let _ = body.cancel();
+            }
             let status = response.status_code();
             let retry_after = response.headers().get("retry-after").ok().flatten();
             let error =

@@ -3,7 +3,31 @@
 //! space-separated during a rotation — what the spec's libraries (Node,
 //! Python, Go, …) check with the destination's `whsec_` secret.
 
-use crate::signature::{base64_encode, Tag};
+use crate::config::ConfigError;
+use crate::signature::{base64_decode, base64_encode, Secrets, Tag};
+
+/// The shortest signing key accepted, decoded: the Standard Webhooks
+/// spec's lower bound.
+pub const KEY_MIN_BYTES: usize = 24;
+
+/// A variable's keys: each `whsec_` and base64 of at least
+/// [`KEY_MIN_BYTES`]; several, separated by commas or newlines, during a
+/// rotation. The error names the variable, never the value.
+pub fn signing_keys(var: &str, value: &str) -> Result<Vec<Vec<u8>>, ConfigError> {
+    let secrets = Secrets::parse(value).map_err(|why| ConfigError(format!("{var}: {why}")))?;
+    secrets
+        .iter()
+        .map(|secret| {
+            let text = std::str::from_utf8(secret).unwrap_or_default();
+            let key = text.strip_prefix("whsec_").and_then(base64_decode);
+            key.filter(|key| key.len() >= KEY_MIN_BYTES).ok_or_else(|| {
+                ConfigError(format!(
+                    "{var}: each key must be whsec_ and the base64 of {KEY_MIN_BYTES} or more random bytes"
+                ))
+            })
+        })
+        .collect()
+}
 
 /// The `webhook-signature` header's value.
 pub fn signature(keys: &[Vec<u8>], id: &str, timestamp: i64, body: &[u8]) -> String {
@@ -18,7 +42,6 @@ pub fn signature(keys: &[Vec<u8>], id: &str, timestamp: i64, body: &[u8]) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forward::destinations::signing_keys;
 
     #[test]
     fn signs_the_standard_webhooks_reference_vector() {
@@ -41,5 +64,23 @@ mod tests {
         assert_eq!(parts.len(), 2);
         assert_eq!(parts[1], signature(&keys[1..], "msg_1", 1, b"{}"));
         assert_ne!(parts[0], parts[1]);
+    }
+
+    #[test]
+    fn keys_are_whsec_base64_of_24_bytes_or_more() {
+        let key = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        assert_eq!(signing_keys("K", key).unwrap()[0].len(), 24);
+        let two = signing_keys("K", &format!("{key},{key}")).unwrap();
+        assert_eq!(two.len(), 2);
+        for weak in [
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "whsec_c2hvcnRzZWNyZXQ=",
+            "whsec_!!!!!!!!",
+            "",
+        ] {
+            let error = signing_keys("BACKEND_SIGNING_SECRET", weak).unwrap_err().0;
+            assert!(error.starts_with("BACKEND_SIGNING_SECRET: "), "{error}");
+            assert!(weak.is_empty() || !error.contains(weak), "{error}");
+        }
     }
 }

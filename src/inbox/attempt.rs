@@ -229,13 +229,8 @@ impl EventInbox {
         }
         let plan = match plan {
             Planned::First(plan) => plan,
-            Planned::FromStore(stored) => {
-                let destinations =
-                    forward::destinations_for(&self.env, event).map_err(|e| e.to_string())?;
-                effects::plan(event, now_ms(), stored)
-                    .map_err(|e| format!("unplannable event: {e}"))?
-                    .forwarding(event, &destinations, now_ms())
-            }
+            Planned::FromStore(stored) => effects::plan(event, now_ms(), stored)
+                .map_err(|e| format!("unplannable event: {e}"))?,
         };
         let db = Db::from_env(&self.env).map_err(|e| e.to_string())?;
         let applied = ledger::apply(&db, event, &plan.batch)

@@ -21,11 +21,11 @@ use crate::providers::Verified;
 pub(super) const DELIVER: &str = "/deliver";
 /// `GET`: → [`InboxState`], 404 when the inbox holds nothing.
 pub(super) const STATE: &str = "/state";
-/// `GET`: → the body exactly as signed, with the headers forwarding sends
-/// on in [`FORWARD_HEADERS`]; 404 when the inbox holds nothing.
+/// `GET`: → the body exactly as signed, with [`VerifiedEvent::forward`] in
+/// the [`FORWARD`] header; 404 when the inbox holds nothing.
 pub(super) const BODY: &str = "/body";
-/// The response header carrying [`VerifiedEvent::headers`] (`[]` if none).
-pub(super) const FORWARD_HEADERS: &str = "x-forward-headers";
+/// The response header carrying [`VerifiedEvent::forward`] (`{}` if none).
+pub(super) const FORWARD: &str = "x-forward";
 /// `POST`: an operator's replay → [`Answer`].
 pub(super) const REPLAY: &str = "/replay";
 /// `POST`: an operator's dismissal → [`Answer`]; 409 unless failed.
@@ -67,8 +67,8 @@ impl Handoff {
         if let Some(fence) = &event.fence {
             query.append_pair("fence", fence);
         }
-        if let Some(headers) = &event.headers {
-            query.append_pair("headers", headers);
+        if let Some(forward) = &event.forward {
+            query.append_pair("forward", forward);
         }
         if let Some(verified) = &self.verified {
             query
@@ -88,7 +88,7 @@ impl Handoff {
     pub(super) fn from_parts(query: &str, body: String) -> std::result::Result<Handoff, String> {
         let (mut source, mut provider, mut id, mut kind, mut received_at) =
             (None, None, None, None, None);
-        let (mut fence, mut fault, mut headers) = (None, None, None);
+        let (mut fence, mut fault, mut forward) = (None, None, None);
         let (mut scheme, mut secret, mut signed_at) = (None, None, None);
         for (name, value) in form_urlencoded::parse(query.as_bytes()) {
             let value = value.into_owned();
@@ -99,7 +99,7 @@ impl Handoff {
                 "type" => kind = Some(value),
                 "received_at" => received_at = value.parse().ok(),
                 "fence" => fence = Some(value),
-                "headers" => headers = Some(value),
+                "forward" => forward = Some(value),
                 "scheme" => scheme = Some(value),
                 "secret" => secret = Some(value.parse().map_err(|_| "handoff: bad secret")?),
                 "signed_at" => {
@@ -119,7 +119,7 @@ impl Handoff {
                 body,
                 fence,
                 received_at: received_at.ok_or_else(|| missing("received_at"))?,
-                headers,
+                forward,
             },
             verified: match (scheme, secret, signed_at) {
                 (Some(scheme), Some(secret), signed_at) => Some(Verified {
@@ -238,9 +238,8 @@ pub async fn state(env: &Env, source: &str, id: &str) -> Result<Option<Json<Inbo
     }
 }
 
-/// An event's body and the headers forwarding sends on (a JSON array of
-/// `[name, value]`), from its inbox; `None` when it holds nothing (past
-/// `RETENTION`).
+/// An event's body and its [`VerifiedEvent::forward`], from its inbox;
+/// `None` when it holds nothing (past `RETENTION`).
 pub async fn body(env: &Env, source: &str, id: &str) -> Result<Option<(String, String)>> {
     let mut response = stub(env, &dedupe_key(source, id))?
         .fetch_with_str(&url(BODY))
@@ -248,10 +247,10 @@ pub async fn body(env: &Env, source: &str, id: &str) -> Result<Option<(String, S
     if response.status_code() != 200 {
         return Ok(None);
     }
-    let headers = response.headers().get(FORWARD_HEADERS)?;
+    let forward = response.headers().get(FORWARD)?;
     let body = String::from_utf8(response.bytes().await?)
         .map_err(|_| worker::Error::RustError("inbox body: not UTF-8".into()))?;
-    Ok(Some((body, headers.unwrap_or_else(|| "[]".into()))))
+    Ok(Some((body, forward.unwrap_or_else(|| "{}".into()))))
 }
 
 /// What an operator's action on an event came to.
@@ -310,8 +309,8 @@ mod tests {
             body: "{\"id\":\"x\",\"note\":\"a \\\"quoted\\\" é\"}".into(),
             fence: fence.map(Into::into),
             received_at: 1_796_000_000_123,
-            headers: Some(
-                r#"[["content-type","application/json; charset=utf-8"],["x-a","b&c=d"]]"#.into(),
+            forward: Some(
+                r#"{"to":["a b","c"],"headers":[["content-type","application/json; charset=utf-8"],["x-a","b&c=d"]]}"#.into(),
             ),
         }
     }

@@ -43,10 +43,10 @@ use self::state::{AlarmTask, EventState, Held, Outcome, Rest};
 use self::store::{Claim, EventRow, Store};
 use crate::clock::now_ms;
 use crate::config::{ConfigError, InboxSettings, EFFECT_MAX_RETRY_DELAY_MS};
+use crate::effects;
 use crate::event::VerifiedEvent;
 use crate::fault::Fault;
 use crate::log::{self, Line};
-use crate::{effects, forward};
 
 /// The fallback an alarm arms before doing anything that could fail.
 const FALLBACK_ALARM_MS: i64 = 60_000;
@@ -153,15 +153,15 @@ impl EventInbox {
         self.settings.as_ref().map_err(|e| e.clone().into())
     }
 
-    /// The body and the headers forwarding sends on (see [`client::BODY`]).
+    /// The body, and what forwarding sends with it (see [`client::BODY`]).
     #[inline(never)]
     fn body(&self) -> Result<Response> {
         let Some(row) = self.store.load()? else {
             return Response::error("no event", 404);
         };
         let headers = worker::Headers::new();
-        let forward = row.event.headers.as_deref().unwrap_or("[]");
-        headers.set(client::FORWARD_HEADERS, forward)?;
+        let forward = row.event.forward.as_deref().unwrap_or("{}");
+        headers.set(client::FORWARD, forward)?;
         Ok(Response::ok(row.event.body)?.with_headers(headers))
     }
 
@@ -211,10 +211,7 @@ impl EventInbox {
         let plan = match stored {
             Some(_) => None,
             None => match effects::plan(&event, now_ms(), fault) {
-                Ok(plan) => {
-                    let destinations = forward::destinations_for(&self.env, &event)?;
-                    Some(plan.forwarding(&event, &destinations, now_ms()))
-                }
+                Ok(plan) => Some(plan),
                 Err(e) => return Response::error(e.to_string(), UNPLANNABLE),
             },
         };

@@ -27,7 +27,7 @@ const EVENT_TABLE: &str = "CREATE TABLE event (
         sig_scheme TEXT,
         sig_secret INTEGER,
         signed_at INTEGER,
-        headers TEXT
+        forward TEXT
     )";
 
 /// Columns added since the first release, for inboxes created before
@@ -36,8 +36,8 @@ const EVENT_TABLE: &str = "CREATE TABLE event (
 /// cleared when a later success is), `replay_of` names the event whose
 /// signed content this one repeated, `fence` is [`crate::event::VerifiedEvent::fence`],
 /// `sig_*` and `signed_at` say how the first delivery was verified
-/// (`providers::Verified`), and `headers` is what forwarding sends on
-/// ([`crate::event::VerifiedEvent::headers`]).
+/// (`providers::Verified`), and `forward` is where it is forwarded
+/// ([`crate::event::VerifiedEvent::forward`]).
 const EVENT_UPGRADES: [(&str, &str); 7] = [
     (
         "reported",
@@ -54,7 +54,7 @@ const EVENT_UPGRADES: [(&str, &str); 7] = [
         "signed_at",
         "ALTER TABLE event ADD COLUMN signed_at INTEGER",
     ),
-    ("headers", "ALTER TABLE event ADD COLUMN headers TEXT"),
+    ("forward", "ALTER TABLE event ADD COLUMN forward TEXT"),
 ];
 
 /// The same for the deliveries table.

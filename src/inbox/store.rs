@@ -17,7 +17,7 @@ use crate::providers::Verified;
 /// so a body at the size cap loads whatever bytes it holds.
 const LOAD_EVENT: &str = "SELECT source, provider, event_id, type, body, received_at, state,
         effect_attempts, fault, last_error, done_at, reported, replay_of, fence,
-        sig_scheme, sig_secret, signed_at, headers
+        sig_scheme, sig_secret, signed_at, forward
     FROM event";
 
 /// The held event and its progress.
@@ -52,7 +52,7 @@ impl EventRow {
                 fence: text(13),
                 body,
                 received_at: int(5).unwrap_or_default(),
-                headers: text(17),
+                forward: text(17),
             },
             state: EventState::from_name(&required(6)?).ok_or("inbox row: unknown state")?,
             effect_attempts: int(7).unwrap_or_default(),
@@ -168,14 +168,14 @@ impl Store {
             secret,
             signed_at,
             event
-                .headers
+                .forward
                 .as_deref()
                 .map_or(SqlStorageValue::Null, Into::into),
         ]);
         let inserted = self.tables.first_into(
             Table::Event,
             "INSERT INTO event (singleton, source, provider, event_id, type, body, received_at, state, fault, fence,
-                 sig_scheme, sig_secret, signed_at, headers)
+                 sig_scheme, sig_secret, signed_at, forward)
              VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT (singleton) DO NOTHING
              RETURNING singleton",

@@ -40,7 +40,7 @@ fn through(provider: &dyn Provider, req: &RawRequest) -> Result<bool, TestCaseEr
             fence: provider.replay_fence(req),
             body: String::from_utf8_lossy(&req.body).into_owned(),
             received_at: 1,
-            headers: None,
+            forward: None,
         };
         // Statements or a PlanError: both are answers; a panic is not.
         let _ = effects::plan(&event, 2, None);
@@ -259,7 +259,7 @@ proptest! {
             fence: None,
             body,
             received_at: 1,
-            headers: None,
+            forward: None,
         };
         let _ = effects::plan(&event, 2, None);
     }
@@ -326,7 +326,7 @@ fn plan_refuses_a_body_nested_5000_deep() {
             fence: None,
             body: body.clone(),
             received_at: 1,
-            headers: None,
+            forward: None,
         };
         assert!(effects::plan(&event, 2, None).is_err(), "{kind}");
     }

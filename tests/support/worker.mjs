@@ -70,7 +70,8 @@ export async function startWorker(vars = {}, options = {}) {
   const outboundService = (request) => target.handle(request);
   // Every line the runtime logs, for tests of what is (and is not) logged.
   const logs = [];
-  const mf = new Miniflare({
+  /** Miniflare's options with `more` vars (see `reconfigure`). */
+  const optionsWith = (more) => ({
     d1Persist: false,
     durableObjectsPersist: false,
     cf: false,
@@ -100,6 +101,7 @@ export async function startWorker(vars = {}, options = {}) {
           SIDE_EFFECTS: "log",
           EFFECT_RETRY_BASE_MS: "200",
           ...vars,
+          ...more,
         },
         outboundService,
         unsafeDirectSockets,
@@ -113,15 +115,19 @@ export async function startWorker(vars = {}, options = {}) {
       },
     ],
   });
-  const db = await mf.getD1Database("DB");
+  const mf = new Miniflare(optionsWith({}));
+  let db = await mf.getD1Database("DB");
   for (const file of readdirSync("migrations").sort()) {
     const sql = readFileSync(`migrations/${file}`, "utf8");
     await db.batch(unstable_splitSqlQuery(sql).map((q) => db.prepare(q)));
   }
-  const inboxes = await mf.getDurableObjectNamespace("EVENT_INBOX");
+  let inboxes = await mf.getDurableObjectNamespace("EVENT_INBOX");
   return {
     mf,
-    db,
+    /** The local D1 (new after `reconfigure`). */
+    get db() {
+      return db;
+    },
     target,
     logs,
     /** The JSON log lines with this `msg`. */
@@ -164,6 +170,19 @@ export async function startWorker(vars = {}, options = {}) {
         return null;
       }
       return res.json();
+    },
+    /**
+     * Restarts the runtime with `more` vars (a deploy that changed its
+     * configuration); its state is kept. `undefined` removes a var.
+     */
+    async reconfigure(more) {
+      const options = optionsWith(more);
+      const bindings = options.workers[0].bindings;
+      for (const [name, value] of Object.entries(bindings)) if (value === undefined) delete bindings[name];
+      await mf.setOptions(options);
+      // The runtime's stubs are new.
+      db = await mf.getD1Database("DB");
+      inboxes = await mf.getDurableObjectNamespace("EVENT_INBOX");
     },
     dispose: () => mf.dispose(),
   };
