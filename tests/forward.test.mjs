@@ -259,9 +259,10 @@ describe("a destination whose configuration changes after its events were accept
       w.target.answer = () => (up ? 200 : 503);
       const event = eventOf(FIRST);
       await send(w, FIRST, event);
-      await eventually(() => w.target.to(url("later")).length >= 1, 10_000, "the first attempt");
-      const tick = async () => (await w.mf.getWorker("webhooks")).scheduled({ cron: "* * * * *" });
       const row = () => w.db.prepare("SELECT status, attempts FROM forwards WHERE destination = 'later'").first();
+      // Its first attempt made and recorded: it waits for its retry.
+      await eventually(async () => (await row())?.status === "pending" && (await row()).attempts === 1, 10_000, "the first attempt");
+      const tick = async () => (await w.mf.getWorker("webhooks")).scheduled({ cron: "* * * * *" });
       for (const [what, change] of [
         ["undeclared", { DESTINATIONS: {} }],
         ["without its key", { BACKEND_SIGNING_SECRET: undefined }],
@@ -276,6 +277,7 @@ describe("a destination whose configuration changes after its events were accept
         assert.deepEqual(await row(), { ...before.row, status: "pending" }, `waiting, unspent, while ${what}`);
       }
       assert.ok(w.logged("forward_misconfigured").some((l) => l.error.includes("BACKEND_SIGNING_SECRET")));
+      assert.ok(w.logged("forward_waiting").some((l) => l.detail === "later"), "never silently");
       up = true;
       await w.reconfigure({});
       await eventually(async () => {

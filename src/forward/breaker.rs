@@ -22,7 +22,7 @@ macro_rules! held {
 }
 pub(super) use held;
 
-/// Deliveries the drain re-sends at once when a destination closes or is
+/// Deliveries the drain re-sends, paced, when a destination closes or is
 /// resumed; the cron relay sends the rest, a thousand a minute.
 pub const DRAIN_PAGE: i64 = 500;
 

@@ -9,6 +9,7 @@ use super::breaker::{self, held};
 use super::ForwardStatus;
 use crate::config::ForwardSettings;
 use crate::d1::{Db, Statement};
+use crate::log::{self, Line};
 
 /// A claimed delivery, as the claim's `RETURNING` gives it.
 #[derive(Deserialize)]
@@ -113,13 +114,20 @@ pub async fn claim(
             .filter(|id| !claimed.iter().any(|(row, _)| &row.id == *id))
             .collect();
         let standing = Statement::new(STANDING, vec![serde_json::to_string(&unclaimed)?.into()]);
+        let mut waiting: Vec<String> = Vec::new();
         for row in decode::<Standing>(db.texts(&standing).await?)? {
             let usable = usable.contains(&row.destination.as_str());
+            if !usable && !waiting.contains(&row.destination) {
+                waiting.push(row.destination.clone());
+            }
             if let Some(probe) =
                 stand(db, settings, row, usable, now, lease_until, &mut retry_in).await?
             {
                 claimed.push((probe, true));
             }
+        }
+        for name in waiting {
+            note_unusable(db, &name, now).await?;
         }
     }
     Ok(Claim { claimed, retry_in })
@@ -168,6 +176,22 @@ async fn stand(
         _ => {}
     }
     Ok(None)
+}
+
+/// Deliveries wait for a destination that is not declared, or has no
+/// usable key: said in the log and on the console (its row in
+/// `destinations` lists it there, with its backlog), never silently.
+pub(super) async fn note_unusable(db: &Db, name: &str, now: i64) -> worker::Result<()> {
+    const WHY: &str =
+        "not declared in DESTINATIONS, or its key is unset or weak: its deliveries wait";
+    log::error(&Line::new("forward_waiting").detail(name).error(WHY));
+    let note = Statement::new(
+        "INSERT INTO destinations (name, last_error, last_error_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?3) ON CONFLICT (name) DO UPDATE SET \
+             last_error = ?2, last_error_at = ?3, updated_at = ?3",
+        vec![name.into(), WHY.into(), now.into()],
+    );
+    db.run(&note).await.map(drop)
 }
 
 fn decode<T: serde::de::DeserializeOwned>(rows: Vec<String>) -> worker::Result<Vec<T>> {

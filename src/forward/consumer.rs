@@ -105,7 +105,13 @@ async fn run(
     let names: Vec<&str> = usable.iter().map(|d| d.name.as_str()).collect();
     let db = Db::from_env(env)?;
     let now = now_ms();
-    let lease_until = now + settings.outbox.lease_ms;
+    // Long enough for every call of the batch, six at a time, each within
+    // half a lease: no other run takes a row over while this one may still
+    // call its destination.
+    let rounds = i64::try_from(ids.len().div_ceil(IN_FLIGHT))
+        .unwrap_or(1)
+        .max(1);
+    let lease_until = now + settings.outbox.lease_ms * rounds;
     let Claim { claimed, retry_in } = claim(&db, settings, ids, &names, now, lease_until).await?;
     if claimed.is_empty() {
         return Ok(retry_in);
@@ -252,9 +258,9 @@ fn judge(
     if error.is_some() {
         tally.last_error = error.clone();
     }
-    let out_of_budget = |at: i64| match destination {
-        Some(d) => row.attempts >= d.max_attempts || at > row.budget_from + d.max_age_ms,
-        None => true,
+    let out_of_budget = |at: i64| {
+        destination
+            .is_some_and(|d| row.attempts >= d.max_attempts || at > row.budget_from + d.max_age_ms)
     };
     let (status, next) = match verdict {
         Verdict::Delivered => {

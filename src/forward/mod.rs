@@ -71,9 +71,10 @@ pub struct Forward {
     pub headers: Vec<(String, String)>,
 }
 
-/// The longest header value carried: a handoff is a URL, and no provider
-/// sends a longer one worth passing on.
+/// The longest header value carried, and the most header bytes in all: a
+/// handoff is a URL, and no provider sends more worth passing on.
 const HEADER_MAX_BYTES: usize = 2048;
+const HEADERS_MAX_BYTES: usize = 8192;
 
 impl Forward {
     /// The forward of an event to `routes`, its headers read by `header`;
@@ -97,16 +98,21 @@ impl Forward {
             v.len() <= HEADER_MAX_BYTES
                 && v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
         };
+        let mut room = HEADERS_MAX_BYTES;
+        let mut headers = Vec::new();
+        for name in names {
+            let Some(value) = header(name).filter(carried) else {
+                continue;
+            };
+            let Some(left) = room.checked_sub(name.len() + value.len()) else {
+                break;
+            };
+            room = left;
+            headers.push((name.to_string(), value.to_string()));
+        }
         let forward = Forward {
             to: routes.iter().map(|d| d.name.clone()).collect(),
-            headers: names
-                .into_iter()
-                .filter_map(|name| {
-                    header(name)
-                        .filter(carried)
-                        .map(|v| (name.into(), v.into()))
-                })
-                .collect(),
+            headers,
         };
         // Strings only: serialization cannot fail.
         Some(serde_json::to_string(&forward).expect("strings serialize"))

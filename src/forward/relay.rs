@@ -4,6 +4,7 @@
 use worker::Env;
 
 use super::breaker::held;
+use super::claim::note_unusable;
 use super::destinations::{self, Bounds};
 use crate::clock::now_ms;
 use crate::config::ForwardSettings;
@@ -29,18 +30,26 @@ const DUE: &str = concat!(
     ") ORDER BY next_attempt_at LIMIT ?3) RETURNING delivery_id"
 );
 
-/// For each open, usable (`?2`) destination whose probe is due, the
-/// waiting delivery tried least recently (a probe that keeps failing for
+/// For each open, usable (`?2`) destination whose probe is due, its oldest
+/// waiting delivery not tried since `?3` (so a probe that keeps failing for
 /// reasons of its own does not keep the breaker open), or one whose claim
-/// expired (a probe whose consumer crashed). `?1` now.
+/// expired (a probe whose consumer crashed): found walking the
+/// destination's index oldest first. `?1` now.
 const PROBES: &str = "SELECT id FROM (\
          SELECT (SELECT delivery_id FROM forwards \
-                 WHERE destination = d.name \
-                   AND (status = 'pending' OR (status = 'sending' AND lease_until < ?1)) \
-                 ORDER BY updated_at LIMIT 1) AS id \
+                 WHERE destination = d.name AND status IN ('pending', 'sending') \
+                   AND (status = 'pending' OR lease_until < ?1) AND updated_at < ?3 \
+                 ORDER BY created_at LIMIT 1) AS id \
          FROM destinations d WHERE d.state = 'open' AND d.paused = 0 AND d.probe_at <= ?1 \
            AND d.name IN (SELECT value FROM json_each(?2))) \
      WHERE id IS NOT NULL";
+
+/// Destinations with due deliveries that cannot go (not declared, or no
+/// usable key): at most the first 1,000 such rows are read. `?1` now, `?2`
+/// the usable names.
+const WAITING: &str = "SELECT DISTINCT destination FROM (SELECT destination FROM forwards \
+         WHERE status IN ('pending', 'sending') AND next_attempt_at <= ?1 \
+           AND destination NOT IN (SELECT value FROM json_each(?2)) LIMIT 1000)";
 
 pub async fn run(env: &Env) -> worker::Result<()> {
     let settings = ForwardSettings::from_env(env)?;
@@ -60,9 +69,18 @@ pub async fn run(env: &Env) -> worker::Result<()> {
     let ids = db.texts(&Statement::new(DUE, params)).await?;
     let resent = ids.len();
     let mut jobs = super::paced(ids);
-    let probes = Statement::new(PROBES, vec![now.into(), names.into()]);
+    // Not the last probe's delivery: tried within the last interval.
+    let tried_since = now - i64::from(settings.probe_secs) * 1000;
+    let probes = Statement::new(
+        PROBES,
+        vec![now.into(), names.as_str().into(), tried_since.into()],
+    );
     jobs.extend(db.texts(&probes).await?.into_iter().map(|id| (id, 0)));
     super::enqueue(env, &jobs).await?;
+    let waiting = Statement::new(WAITING, vec![now.into(), names.as_str().into()]);
+    for name in db.texts(&waiting).await? {
+        note_unusable(&db, &name, now).await?;
+    }
     if resent > 0 {
         log::warn(&Line::new("forward_relay").sent(resent));
     }

@@ -65,9 +65,11 @@ pub async fn attempt(
 ) -> Attempt {
     let attempt = match destination {
         Some(destination) => post(env, destination, delivery).await,
+        // Claims take declared destinations only; should one go meanwhile,
+        // the delivery waits for it.
         None => Attempt::NotMade {
             why: "the destination is no longer declared in DESTINATIONS".into(),
-            lasting: true,
+            lasting: false,
         },
     };
     let (status, latency_ms, error) = match &attempt {
