@@ -79,19 +79,13 @@ fn parse(name: &str, json: &str) -> Result<SourceConfig, ConfigError> {
             without_values(&e.to_string())
         ))
     })?;
-    // A variable's name, upper-case as Cloudflare's are written. Anything
-    // else is likely the secret itself, pasted where its variable's name
-    // goes (hex and `lin_wh_…` secrets included): say so without repeating it.
-    let is_variable_name = |var: &str| {
-        var.bytes().next().is_some_and(|b| b.is_ascii_uppercase())
-            && var
-                .bytes()
-                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-    };
+    // Anything but a variable's name is likely the secret itself, pasted
+    // where its variable's name goes (hex and `lin_wh_…` secrets included):
+    // say so without repeating it.
     if config
         .secret
         .as_deref()
-        .is_some_and(|var| !is_variable_name(var))
+        .is_some_and(|var| !config::is_variable_name(var))
     {
         return Err(ConfigError(format!(
             "SOURCES.{name}.secret must name a variable (A-Z, 0-9, _), not hold the secret"

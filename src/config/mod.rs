@@ -9,7 +9,7 @@ use worker::Env;
 mod table;
 mod values;
 
-pub use self::table::{table, without_values, Entries};
+pub use self::table::{is_variable_name, table, without_values, Entries};
 
 use self::values::{check_admin_token, doubling, jitter, random_unit};
 pub use self::values::{duration_ms, is_http_url, DAY_MS};

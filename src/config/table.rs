@@ -47,6 +47,16 @@ pub fn without_values(message: &str) -> String {
     out
 }
 
+/// Whether `var` is a variable's name, upper-case as Cloudflare's are
+/// written (A-Z, 0-9, `_`): where a setting names one, anything else is
+/// likely the secret itself, pasted in its place.
+pub fn is_variable_name(var: &str) -> bool {
+    var.bytes().next().is_some_and(|b| b.is_ascii_uppercase())
+        && var
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
 fn parse(json: &str) -> Option<Entries> {
     serde_json::from_str::<Table>(json)
         .ok()

@@ -178,16 +178,7 @@ fn check(name: &str, value: &RawValue, bounds: &Bounds) -> Result<Destination, C
             setting(".url")
         )));
     }
-    let is_variable_name = written
-        .secret
-        .bytes()
-        .next()
-        .is_some_and(|b| b.is_ascii_uppercase())
-        && written
-            .secret
-            .bytes()
-            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
-    if !is_variable_name {
+    if !config::is_variable_name(&written.secret) {
         return Err(ConfigError(format!(
             "{} must name a variable (A-Z, 0-9, _), not hold the secret",
             setting(".secret")
