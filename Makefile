@@ -9,7 +9,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 # A build with fewer providers (and neither admin surface), checked too.
 MINIMAL := stripe,github
 
-.PHONY: dev sink test setup setup-test build build-minimal lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate template-check sizes
+.PHONY: dev sink test setup setup-test build build-minimal lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate template-check sizes gateway-bench dev-bench
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
@@ -133,6 +133,19 @@ costs: setup build
 ## the time to acknowledge; see BENCHMARKS.md.
 forward-bench: setup build
 	node bench/forward.mjs
+
+# needs: everything
+## This worker (REPLY_AFTER effect and record) beside a minimal KV-dedupe
+## gateway (bench/reference/), alternately under wrangler dev; see
+## BENCHMARKS.md.
+gateway-bench: setup build
+	node bench/gateway.mjs
+
+# needs: everything
+## A first load test against make dev, five times from a fresh start, a
+## cron tick in each; see BENCHMARKS.md.
+dev-bench: setup build
+	node bench/stalls.mjs
 
 # needs: everything
 ## Runtime CPU per event for bodies of 1 KiB to 1 MiB; see BENCHMARKS.md.

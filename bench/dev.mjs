@@ -7,32 +7,16 @@
 //
 // DEV_EVENTS sets the events per scenario (default 1000); DEV_LOG_LEVEL the
 // worker's LOG_LEVEL (info, the default, or warn).
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 
 import { agent, checkoutBody, drive, signed } from "./harness.mjs";
+import { groupCpuMs } from "./group.mjs";
 import { freePort, startDev, writeEnvFile } from "../tests/support/dev.mjs";
 
 const EVENTS = Number(process.env.DEV_EVENTS ?? 1000);
 const CONCURRENCY = 16;
-
-/** CPU ms (user + system) of each live process in group `pgid`, by name. */
-function groupCpuMs(pgid) {
-  const byName = {};
-  for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      if (Number(fields[2]) !== pgid) continue;
-      byName[name] = (byName[name] ?? 0) + ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return byName;
-}
 
 // State on tmpfs, as in bench/run.mjs.
 const tmp = mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir(), "webhooks-dev-bench-"));

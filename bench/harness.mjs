@@ -113,3 +113,26 @@ export async function drive(url, requests, concurrency) {
   return { results, seconds, cpuMs };
 }
 
+
+/**
+ * Sends `requests` with at most `concurrency` in flight, like `drive`, but
+ * a request that fails (a reset, a refused connection) is a result
+ * (`status` 0, its error as `outcome`), not the end of the run.
+ */
+export async function driveAll(url, requests, concurrency) {
+  const results = [];
+  let next = 0;
+  const started = process.hrtime.bigint();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < requests.length) {
+        const request = requests[next++];
+        results.push(await post(url, request).catch((e) => ({ status: 0, ms: Infinity, outcome: e.code ?? e.message })));
+      }
+    }),
+  );
+  return { results, seconds: Number(process.hrtime.bigint() - started) / 1e9 };
+}
+
+/** The `q` quantile of ascending `sorted`. */
+export const quantile = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * q))];

@@ -110,6 +110,8 @@ function startTicker(schedule) {
         const outcome = await res.text();
         if (!res.ok) throw new Error(`HTTP ${res.status} ${outcome.slice(0, 100)}`);
         if (state.failing) console.log("dev: cron triggers reach the worker again");
+        // For bench/stalls.mjs, which proves a tick landed during its run.
+        if (process.env.DEV_LOG_TICKS) console.log(`dev: cron "${cron}" ran`);
         state.failing = false;
       } catch (e) {
         // Once per outage, not once a minute (e.g. while wrangler reloads).

@@ -146,6 +146,8 @@ writeEnvFile(envFile, {
   })}'`,
   SOAK_SIGNING_SECRET: SIGNING,
   FORWARD_PROBE_SECS: 2,
+  // `make soak REPLY_AFTER=record`: first deliveries answered once recorded.
+  ...(process.env.REPLY_AFTER ? { REPLY_AFTER: process.env.REPLY_AFTER } : {}),
 });
 const port = await freePort();
 const runtimeLog = [];

@@ -44,6 +44,9 @@ pub enum Fault {
     /// The same, with the tables an upgrade interrupted half-way left: a
     /// new delivery log, and the older one renamed but not yet copied.
     InterruptedUpgrade,
+    /// With `REPLY_AFTER = "record"`: the reply goes, then the instance
+    /// stops before the effect, as a crash would; the alarm applies it.
+    CrashAfterReply,
     /// The claim is stored, then arming its alarm fails (an error); the
     /// first attempt goes ahead all the same.
     FailSetAlarm,
@@ -94,6 +97,7 @@ impl Fault {
             "interrupted-upgrade" => Fault::InterruptedUpgrade,
             "fail-set-alarm" => Fault::FailSetAlarm,
             "crash-before-arming" => Fault::CrashBeforeArming,
+            "crash-after-reply" => Fault::CrashAfterReply,
             "with-side-effect" => Fault::WithSideEffect,
             _ => return None,
         })
@@ -114,6 +118,7 @@ impl Fault {
             Fault::InterruptedUpgrade => "interrupted-upgrade".into(),
             Fault::FailSetAlarm => "fail-set-alarm".into(),
             Fault::CrashBeforeArming => "crash-before-arming".into(),
+            Fault::CrashAfterReply => "crash-after-reply".into(),
             Fault::ReportLate(until) => format!("report-late:{until}"),
             Fault::ReportReplyLost(effect, reply) => format!("report-reply-lost:{effect}:{reply}"),
             Fault::WithSideEffect => "with-side-effect".into(),
@@ -200,6 +205,7 @@ mod tests {
             Fault::InterruptedUpgrade,
             Fault::FailSetAlarm,
             Fault::CrashBeforeArming,
+            Fault::CrashAfterReply,
             Fault::ReportLate(1_700_000_000_000),
             Fault::ReportReplyLost(1_700_000_000_000, 1_700_000_001_000),
             Fault::WithSideEffect,

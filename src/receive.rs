@@ -13,7 +13,7 @@ use serde::Serialize;
 use worker::{Context, Env, Headers, Request, Response, Result};
 
 use crate::clock::now_ms;
-use crate::config::{self, AlertSettings, ConfigError, Limits};
+use crate::config::{self, AlertSettings, ConfigError, Limits, ReplyAfter};
 use crate::event::{self, VerifiedEvent};
 use crate::fault::Fault;
 use crate::forward::{destinations, Forward};
@@ -149,6 +149,10 @@ enum Reply<'a> {
     Taken {
         outcome: &'static str,
         key: Option<&'a str>,
+        /// `record` when the inbox answered once the event was recorded
+        /// (`REPLY_AFTER`), its effect to follow; absent otherwise.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reply_after: Option<&'static str>,
     },
     Refused {
         error: &'static str,
@@ -171,6 +175,7 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
         Ok(Taken::Event(answer)) => answer.replayed_body_of.as_deref(),
         _ => None,
     };
+    let recorded = matches!(&result, Ok(Taken::Event(answer)) if answer.recorded);
     let line = DeliveryLine {
         msg: "delivery",
         source,
@@ -200,7 +205,15 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
     if let Some(secret) = trace.secret {
         stats::count(source, Counter::Secret(secret));
     }
-    count(env, ctx, source, outcome, refusal);
+    // A first delivery answered once recorded counts as processed: its
+    // effect follows, and `accepted` in the counters and the trend means
+    // "an effect to be retried", a warning.
+    let counted = if recorded {
+        Outcome::Processed.name()
+    } else {
+        outcome
+    };
+    count(env, ctx, source, counted, refusal);
     let reply = match (&result, refusal) {
         (Ok(Taken::Handshake(body)), _) => {
             let headers = Headers::new();
@@ -210,7 +223,11 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
         (_, Some(refusal)) => Reply::Refused {
             error: refusal.reason(),
         },
-        _ => Reply::Taken { outcome, key },
+        _ => Reply::Taken {
+            outcome,
+            key,
+            reply_after: recorded.then_some(ReplyAfter::Record.name()),
+        },
     };
     Ok(Response::from_json(&reply)?.with_status(status))
 }
@@ -275,6 +292,7 @@ async fn receive(
     // Read where an alert is due; checked here so that a bad value is a
     // refusal naming it, not an alert quietly sent on the defaults.
     AlertSettings::from_env(env)?;
+    let reply_after = ReplyAfter::from_env(env, source, config.reply_after.as_deref())?;
     let secret_var = config.secret_var(source);
     // A value that would make a weak key is an error naming the variable.
     let secrets = Secrets::parse(&config::secret(env, &secret_var)?)
@@ -338,6 +356,7 @@ async fn receive(
         event,
         verified: Some(verified),
         fault,
+        reply_after,
     };
     Ok(Taken::Event(client::deliver(env, handoff).await?))
 }

@@ -32,6 +32,8 @@ pub struct SourceConfig {
     /// The destinations (`[vars.DESTINATIONS]`) its events are forwarded to.
     #[serde(default)]
     pub forward: Vec<String>,
+    /// Overrides `REPLY_AFTER` for this source: `effect` or `record`.
+    pub reply_after: Option<String>,
     /// Without code: the header carrying the signature.
     pub header: Option<String>,
     /// Without code: a prefix before the signature, e.g. `sha256=`.
@@ -97,6 +99,7 @@ fn parse(name: &str, json: &str) -> Result<SourceConfig, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ReplyAfter;
 
     #[test]
     fn the_secret_variable_defaults_to_the_name() {
@@ -104,6 +107,16 @@ mod tests {
         assert_eq!(config.secret_var("billing-eu"), "BILLING_EU_WEBHOOK_SECRET");
         let named = parse("x", r#"{"provider":"example","secret":"MY_SECRET"}"#).unwrap();
         assert_eq!(named.secret_var("x"), "MY_SECRET");
+    }
+
+    #[test]
+    fn a_source_may_answer_once_recorded() {
+        let config = parse("slack", r#"{"provider":"example","reply_after":"record"}"#).unwrap();
+        let mode = config.reply_after.as_deref().and_then(ReplyAfter::parse);
+        assert_eq!(mode, Some(ReplyAfter::Record));
+        assert_eq!(ReplyAfter::parse("effect"), Some(ReplyAfter::Effect));
+        assert_eq!(ReplyAfter::parse("Record"), None, "exact names only");
+        assert_eq!(ReplyAfter::default(), ReplyAfter::Effect);
     }
 
     #[test]

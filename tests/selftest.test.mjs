@@ -41,6 +41,20 @@ for (const [name, { provider }] of SOURCES) {
   });
 }
 
+test('storm with REPLY_AFTER = "record": one reply accepted, then the effect waited for', async () => {
+  const recording = await startWorker({ ...SOURCE_SECRETS, ADMIN_TOKEN: TOKEN, REPLY_AFTER: "record" }, { port: 0 });
+  try {
+    const origin = (await recording.mf.ready).origin;
+    const { code, out } = await selftest("storm", FIRST_PROVIDER, "--source", FIRST, "--url", origin, "--secret", TEST_SECRETS[FIRST_PROVIDER], "--copies", "20", "--admin-token", TOKEN);
+    assert.equal(code, 0, out);
+    assert.match(out, /responses \(\d+ ms\): 200 accepted \(record\) x1, 200 duplicate x19/);
+    assert.match(out, /ledger rows: 1 {3}effect committed: yes/);
+    assert.match(out, /PASS: exactly one of each/);
+  } finally {
+    await recording.dispose();
+  }
+});
+
 // needs: stripe, demos
 test("storm: a Stripe checkout's side effect, performed once", async () => {
   const { code, out } = await run("storm", "stripe", "stripe", "--admin-token", TOKEN, "--side-effects", "1");

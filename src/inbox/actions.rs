@@ -6,14 +6,14 @@ use worker::{Response, Result};
 use super::client::{Answer, InboxState};
 use super::state::{EventState, Outcome};
 use super::store::{DeliveryKind, LoggedDelivery};
-use super::EventInbox;
+use super::Inbox;
 use crate::clock::now_ms;
 use crate::event::{self, dedupe_key};
 use crate::failed_events;
 use crate::ledger::Applied;
 use crate::log::{self, Line};
 
-impl EventInbox {
+impl Inbox {
     /// An operator's replay: runs the effect path again for the held event,
     /// without test faults. A `failed` event is reopened first. For an event
     /// already done it is a no-op: the ledger answers `Earlier`, reported as

@@ -4,7 +4,7 @@
 
 use super::state::{self, AfterFailure, EventState, Held, Outcome};
 use super::store::EventRow;
-use super::{Answer, EventInbox};
+use super::{Answer, Inbox};
 use crate::clock::now_ms;
 use crate::config::InboxSettings;
 use crate::d1::Db;
@@ -15,7 +15,7 @@ use crate::fault::Fault;
 use crate::ledger::{self, Applied};
 use crate::log::{self, Line};
 use crate::{forward, outbox};
-use worker::Result;
+use worker::{Response, Result};
 
 /// How one effect attempt ended.
 pub(super) enum Tried {
@@ -36,11 +36,36 @@ impl Tried {
             Tried::Applied(Applied::Replayed { of }, _) => Answer {
                 outcome: Outcome::Duplicate,
                 replayed_body_of: Some(dedupe_key(source, &of)),
+                recorded: false,
             },
             Tried::WillRetry => Outcome::Accepted.into(),
             Tried::GaveUp => Outcome::Failed.into(),
         }
     }
+}
+
+/// What a call to the inbox leaves: its reply and, for a first delivery
+/// answered once recorded (`REPLY_AFTER = "record"`), the effect to apply
+/// after it.
+pub(super) struct Received {
+    pub reply: Response,
+    pub after_reply: Option<AfterReply>,
+}
+
+impl From<Response> for Received {
+    fn from(reply: Response) -> Self {
+        Received {
+            reply,
+            after_reply: None,
+        }
+    }
+}
+
+/// A first delivery's effect, left to run after its reply.
+pub(super) struct AfterReply {
+    pub event: VerifiedEvent,
+    pub fault: Option<Fault>,
+    pub planned: Planned,
 }
 
 /// The effect an attempt applies: as the first delivery planned it, or
@@ -51,7 +76,37 @@ pub(super) enum Planned {
     FromStore(Option<Fault>),
 }
 
-impl EventInbox {
+impl Inbox {
+    /// The first attempt of an event answered once recorded, as the first
+    /// delivery would have made it, after the reply. Should this instance
+    /// die first, the alarm armed with the claim applies the effect.
+    pub(super) async fn apply_after_reply(&self, after_reply: AfterReply) {
+        let AfterReply {
+            event,
+            fault,
+            planned,
+        } = after_reply;
+        let key = event.key();
+        if fault == Some(Fault::CrashAfterReply) {
+            self.effect_running.set(false);
+            log::error(&Line::new("effect_after_reply_lost").key(&key));
+            return;
+        }
+        // Read before the reply, by this instance: it cannot fail here.
+        let Ok(settings) = self.settings() else {
+            self.effect_running.set(false);
+            return;
+        };
+        match self.attempt_effect(event, fault, settings, planned).await {
+            Ok(Tried::Applied(_, progress)) => {
+                self.rest_after_success(progress, settings.retry_base_ms, settings)
+                    .await
+            }
+            Ok(_) => {}
+            Err(e) => log::error(&Line::new("effect_after_reply_failed").key(&key).error(e)),
+        }
+    }
+
     /// One try at the effect. On success marks the event done; on failure
     /// records the error and arms the next retry, or marks the event failed
     /// once the budget is spent and reports it. `fault` is this attempt's,

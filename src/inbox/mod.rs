@@ -14,8 +14,14 @@
 //! - [`state`]: the event's state machine, pure and host-tested;
 //! - [`store`]: the rows and statements, on the tables `schema.rs` makes;
 //! - `attempt.rs`: one try at the effect, and what follows it;
+//! - `alarm.rs`: the alarm, and every place that arms it;
 //! - `actions.rs`: what operators ask of it (its state, a replay, a dismissal);
-//! - [`client`]: how the worker and the admin API call an inbox.
+//! - [`client`]: how the worker and the admin API call an inbox, with
+//!   `handoff.rs`, the format of a delivery handed over.
+//!
+//! A first delivery is answered once its effect is applied, or — with
+//! `REPLY_AFTER = "record"` — once it is claimed and its alarm armed; the
+//! effect then runs after the reply, and the alarm covers a crash meanwhile.
 //!
 //! An alarm is set while the event row exists, on every path: armed at the
 //! claim before the first attempt; re-armed by the alarm itself, first
@@ -24,44 +30,52 @@
 //! the retention deadline.
 
 mod actions;
+mod alarm;
 mod attempt;
 pub mod client;
 mod deliveries;
 mod fixtures;
+mod handoff;
 mod schema;
 pub mod state;
 pub mod store;
 
 use std::cell::Cell;
+use std::rc::Rc;
 
 use worker::wasm_bindgen;
 use worker::{durable_object, DurableObject, Env, Method, Request, Response, Result, State};
 
-use self::attempt::{Planned, Tried};
+use self::attempt::{AfterReply, Planned, Received, Tried};
 use self::client::{Answer, Handoff, BAD_HANDOFF, NOT_STORED, UNPLANNABLE};
-use self::state::{AlarmTask, EventState, Held, Outcome, Rest};
+use self::state::{EventState, Outcome};
 use self::store::{Claim, EventRow, Store};
 use crate::clock::now_ms;
-use crate::config::{ConfigError, InboxSettings, EFFECT_MAX_RETRY_DELAY_MS};
+use crate::config::{ConfigError, InboxSettings, ReplyAfter};
 use crate::effects;
-use crate::event::VerifiedEvent;
 use crate::fault::Fault;
 use crate::log::{self, Line};
 
-/// The fallback an alarm arms before doing anything that could fail.
-const FALLBACK_ALARM_MS: i64 = 60_000;
-
 #[durable_object]
 pub struct EventInbox {
+    /// Shared with the effect a `record` reply leaves running, which must
+    /// own what it uses. `wait_until` does not keep an object alive: if
+    /// this one is evicted or dies first, its alarm applies the effect.
+    inbox: Rc<Inbox>,
+}
+
+/// The object's state and what it does; [`EventInbox`] hands calls to it.
+pub(crate) struct Inbox {
     state: State,
     env: Env,
     store: Store,
     /// Parsed once per instance; a bad variable fails every call, by name.
     settings: std::result::Result<InboxSettings, ConfigError>,
-    /// Whether this instance is inside an effect attempt right now. An
-    /// attempt can only be in flight in the live instance, so memory is the
-    /// right place; it keeps the alarm from racing a delivery's own attempt
-    /// (harmless thanks to the ledger, but wasted work).
+    /// Whether this instance is inside an effect attempt right now, or has
+    /// one queued after a reply. An attempt can only be in flight in the
+    /// live instance, so memory is the right place; it keeps the alarm from
+    /// racing a delivery's own attempt (harmless thanks to the ledger, but
+    /// wasted work).
     effect_running: Cell<bool>,
 }
 
@@ -70,30 +84,38 @@ impl DurableObject for EventInbox {
         let store = Store::new(state.storage().sql());
         let settings = InboxSettings::from_env(&env);
         log::configure(&env);
-        EventInbox {
+        let inbox = Inbox {
             state,
             env,
             store,
             settings,
             effect_running: Cell::new(false),
+        };
+        EventInbox {
+            inbox: Rc::new(inbox),
         }
     }
 
+    async fn fetch(&self, req: Request) -> Result<Response> {
+        let Received { reply, after_reply } = self.inbox.fetch(req).await?;
+        if let Some(after_reply) = after_reply {
+            let inbox = Rc::clone(&self.inbox);
+            let effect = async move { inbox.apply_after_reply(after_reply).await };
+            self.inbox.state.wait_until(effect);
+        }
+        Ok(reply)
+    }
+
+    async fn alarm(&self) -> Result<Response> {
+        self.inbox.alarm().await
+    }
+}
+
+impl Inbox {
     /// The paths [`client`] calls.
-    async fn fetch(&self, mut req: Request) -> Result<Response> {
-        match (req.method(), req.path().as_str()) {
-            (Method::Post, client::DELIVER) => {
-                let url = req.inner().url();
-                let query = url.split_once('?').map_or("", |(_, query)| query);
-                // Bytes, then UTF-8: `text()` may drop a leading BOM, and the
-                // body must stay exactly as signed.
-                let body = String::from_utf8(req.bytes().await?)
-                    .map_err(|_| "handoff: the body is not UTF-8".to_string());
-                match body.and_then(|body| Handoff::from_parts(query, body)) {
-                    Ok(handoff) => self.receive(handoff).await,
-                    Err(e) => Response::error(e, BAD_HANDOFF),
-                }
-            }
+    async fn fetch(&self, req: Request) -> Result<Received> {
+        let reply = match (req.method(), req.path().as_str()) {
+            (Method::Post, client::DELIVER) => return self.deliver(req).await,
             (Method::Get, client::STATE) => match self.inbox_state().await? {
                 Some(state) => Response::from_json(&state),
                 None => Response::error("no event", 404),
@@ -105,51 +127,25 @@ impl DurableObject for EventInbox {
             },
             (Method::Post, client::DISMISS) => self.dismiss().await,
             _ => Response::error("not found", 404),
-        }
-    }
-
-    /// The safety net: retries an unfinished effect, retries the report of a
-    /// failed one, or forgets a finished event once its retention has passed.
-    async fn alarm(&self) -> Result<Response> {
-        // First, before anything below can fail: whatever happens, this
-        // object is called again.
-        self.set_alarm_in(FALLBACK_ALARM_MS).await?;
-        let Some(row) = self.store.held()? else {
-            self.state.storage().delete_alarm().await?;
-            return Response::ok("empty");
         };
-        let settings = self.settings()?;
-        let running = self.effect_running.get();
-        match state::alarm_task(&row.held(), running, settings.retention_ms, now_ms()) {
-            AlarmTask::WaitForAttempt => {
-                self.set_alarm_in(settings.retry_base_ms).await?;
-                Response::ok("attempt in flight")
-            }
-            AlarmTask::Retry => {
-                let fault = row.pending_fault();
-                self.retry_now(row, fault, settings).await?;
-                Response::ok("retried")
-            }
-            AlarmTask::ReportFailure => {
-                self.report_failure(&row, settings).await?;
-                Response::ok("failure reported")
-            }
-            AlarmTask::ResolveReport if self.resolve_report(&row.event).await => {
-                let rest = state::after_resolved(&row.held(), settings.retention_ms, now_ms());
-                self.rest(rest).await
-            }
-            AlarmTask::ResolveReport => {
-                self.set_alarm_in(settings.backoff_ms(row.effect_attempts.max(1)))
-                    .await?;
-                Response::ok("failure report still to resolve")
-            }
-            AlarmTask::Rest(rest) => self.rest(rest).await,
+        reply.map(Received::from)
+    }
+
+    /// A delivery: the [`Handoff`] read back, then received.
+    async fn deliver(&self, mut req: Request) -> Result<Received> {
+        let url = req.inner().url();
+        let query = url.split_once('?').map_or("", |(_, query)| query);
+        // Bytes, then UTF-8: `text()` may drop a leading BOM, and the body
+        // must stay exactly as signed.
+        let body = String::from_utf8(req.bytes().await?)
+            .map_err(|_| "handoff: the body is not UTF-8".to_string());
+        match body.and_then(|body| Handoff::from_parts(query, body)) {
+            Ok(handoff) => self.receive(handoff).await,
+            Err(e) => Response::error(e, BAD_HANDOFF).map(Received::from),
         }
     }
-}
 
-impl EventInbox {
-    fn settings(&self) -> Result<&InboxSettings> {
+    pub(super) fn settings(&self) -> Result<&InboxSettings> {
         self.settings.as_ref().map_err(|e| e.clone().into())
     }
 
@@ -165,34 +161,12 @@ impl EventInbox {
         Ok(Response::ok(row.event.body)?.with_headers(headers))
     }
 
-    /// A finished event with nothing left to do: forgotten, or left to
-    /// sleep until it may be.
-    async fn rest(&self, rest: Rest) -> Result<Response> {
-        match rest {
-            Rest::SleepUntil(at) => {
-                self.set_alarm_in((at - now_ms()).max(0)).await?;
-                Response::ok("rescheduled")
-            }
-            Rest::Forget => {
-                // Storage first: should deleting it fail, the alarm stays.
-                let storage = self.state.storage();
-                storage.delete_all().await?;
-                // Whether or not the alarm goes: the tables are gone. Not
-                // before: a copy arriving meanwhile must not claim a new
-                // event whose alarm this would then delete.
-                let alarm = storage.delete_alarm().await;
-                self.store.forget();
-                alarm?;
-                Response::ok("expired")
-            }
-        }
-    }
-
-    async fn receive(&self, handoff: Handoff) -> Result<Response> {
+    async fn receive(&self, handoff: Handoff) -> Result<Received> {
         let Handoff {
             event,
             verified,
             fault,
+            reply_after,
         } = handoff;
         let settings = self.settings()?;
 
@@ -212,7 +186,7 @@ impl EventInbox {
             Some(_) => None,
             None => match effects::plan(&event, now_ms(), fault) {
                 Ok(plan) => Some(plan),
-                Err(e) => return Response::error(e.to_string(), UNPLANNABLE),
+                Err(e) => return Response::error(e.to_string(), UNPLANNABLE).map(Received::from),
             },
         };
         // If the claim fails, nothing was stored, and the worker may say so.
@@ -232,7 +206,7 @@ impl EventInbox {
             Ok(claim) => claim,
             Err(e) => {
                 log::error(&Line::new("claim_failed").key(&event.key()).error(e));
-                return Response::error("not stored", NOT_STORED);
+                return Response::error("not stored", NOT_STORED).map(Received::from);
             }
         };
         let answer = match claim {
@@ -250,14 +224,40 @@ impl EventInbox {
                 } else {
                     self.set_alarm_in(settings.retry_base_ms).await
                 };
-                if let Err(e) = armed {
-                    log::error(&Line::new("alarm_not_set").key(&event.key()).error(e));
-                }
+                let armed = match armed {
+                    Ok(()) => true,
+                    Err(e) => {
+                        log::error(&Line::new("alarm_not_set").key(&event.key()).error(e));
+                        false
+                    }
+                };
                 if fault == Some(Fault::LoseReply) {
                     return Err("injected fault: the reply is lost".into());
                 }
-                let source = event.source.clone();
                 let planned = plan.map_or(Planned::FromStore(fault), Planned::First);
+                // Recorded, and the alarm armed to cover a crash: answered
+                // now, applied right after (`apply_after_reply`). Without the
+                // alarm, nothing would retry the effect if this instance died
+                // before arming one: then the effect comes first, as below.
+                if reply_after == ReplyAfter::Record && armed {
+                    let reply = Response::from_json(&Answer {
+                        recorded: true,
+                        ..Outcome::Accepted.into()
+                    })?;
+                    // Running from here, so that neither the alarm nor a
+                    // replay races it meanwhile.
+                    self.effect_running.set(true);
+                    let after_reply = AfterReply {
+                        event,
+                        fault,
+                        planned,
+                    };
+                    return Ok(Received {
+                        reply,
+                        after_reply: Some(after_reply),
+                    });
+                }
+                let source = event.source.clone();
                 let tried = self.attempt_effect(event, fault, settings, planned).await?;
                 if let Tried::Applied(_, progress) = &tried {
                     // Moved to the retention deadline with the effect's own
@@ -276,33 +276,7 @@ impl EventInbox {
                 Outcome::Duplicate.into()
             }
         };
-        Response::from_json(&answer)
-    }
-
-    /// For a copy: while the event row exists an alarm must be set, and
-    /// for an unfinished event, within the longest retry delay. One is
-    /// missing (or a retention away) only if arming it failed after the
-    /// claim or a reopening; the alarm armed now finds what is left to do.
-    /// Should this fail too, the copy's reply is an error, and the sender
-    /// retries.
-    async fn ensure_alarm(
-        &self,
-        event: &VerifiedEvent,
-        state: EventState,
-        settings: &InboxSettings,
-    ) -> Result<()> {
-        let latest = match state {
-            EventState::Received => {
-                now_ms() + EFFECT_MAX_RETRY_DELAY_MS.max(settings.retry_base_ms)
-            }
-            _ => i64::MAX,
-        };
-        let alarm = self.state.storage().get_alarm().await?;
-        if alarm.is_some_and(|at| at <= latest) {
-            return Ok(());
-        }
-        log::warn(&Line::new("alarm_rearmed").key(&event.key()));
-        self.set_alarm_in(settings.retry_base_ms).await
+        Response::from_json(&answer).map(Received::from)
     }
 
     /// One more attempt at a failed event for a new copy of it.
@@ -342,42 +316,5 @@ impl EventInbox {
             self.rest_after_success(*progress, backoff, settings).await;
         }
         Ok(tried.answer(&source))
-    }
-
-    /// After an attempt that applied the effect: the next wake-up is the
-    /// retention deadline, counted from when the event finished (a replay of
-    /// an event done long ago does not push it back) — or, while the event
-    /// is still listed as failed (D1 refused the resolve), a retry of that
-    /// after `backoff_ms`. `progress`: the event's, as the attempt left it,
-    /// if known without reading it again. Should setting the alarm fail,
-    /// the alarm already armed (a retry's) stays and finds the event done:
-    /// the effect's answer is not turned into an error.
-    async fn rest_after_success(
-        &self,
-        progress: Option<Held>,
-        backoff_ms: i64,
-        settings: &InboxSettings,
-    ) {
-        let progress = match progress {
-            Some(held) => Ok(Some(held)),
-            None => self.store.progress(),
-        };
-        let next = match progress {
-            Ok(Some(held)) if held.reported => Ok(backoff_ms),
-            Ok(Some(held)) => Ok(held.expires_at(settings.retention_ms) - now_ms()),
-            Ok(None) => return,
-            Err(e) => Err(e),
-        };
-        let set = match next {
-            Ok(delay_ms) => self.set_alarm_in(delay_ms.max(0)).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = set {
-            log::error(&Line::new("alarm_not_moved").error(e));
-        }
-    }
-
-    pub(super) async fn set_alarm_in(&self, delay_ms: i64) -> Result<()> {
-        self.state.storage().set_alarm(delay_ms).await
     }
 }

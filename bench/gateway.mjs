@@ -1,0 +1,158 @@
+// `make gateway-bench`: this worker beside a yardstick, the minimal
+// KV-dedupe gateway in bench/reference/ (WebCrypto Stripe verify, KV get and
+// put, a queue send), both under `wrangler dev` on loopback with state on
+// tmpfs, driven by the same load: 2,000 signed Stripe checkouts (~930 bytes,
+// each with one side effect here) at 32 in flight, then the same 2,000 again
+// (copies). Runs alternate — reference, REPLY_AFTER = "effect", "record" —
+// for ROUNDS rounds (default 3), each from a fresh start. Prints every run,
+// then the medians and the ratios to the reference.
+//
+//   node bench/gateway.mjs [rounds] [events]     (uses build/ as it is)
+//
+// Acknowledged/s: distinct events answered 200 per second. Processed/s: the
+// same events with their effect and side effect done (ours: ledger rows and
+// `sent` outbox rows, from the admin API; the reference: messages its queue
+// consumer received), from the first send to the last one done. CPU ms per
+// event: every process of the run's group (node, wrangler, both workerd).
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import { join } from "node:path";
+
+import { agent, checkoutBody, driveAll, quantile, signed } from "./harness.mjs";
+import { groupCpuMs } from "./group.mjs";
+import { freePort, sleep, startDev, writeEnvFile } from "../tests/support/dev.mjs";
+
+const ROUNDS = Number(process.argv[2] ?? 3);
+const EVENTS = Number(process.argv[3] ?? 2000);
+const IN_FLIGHT = 32;
+const WARM_UP = 100;
+const SECRET = "whsec_test_current";
+const TOKEN = "gateway-bench-token-0123456789abcdef";
+const TMP = existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir();
+
+/** The reference under plain `wrangler dev`, in its own process group. */
+async function startReference(dir) {
+  const port = await freePort();
+  const envFile = join(dir, "ref.vars");
+  writeEnvFile(envFile, { STRIPE_WEBHOOK_SECRET: SECRET });
+  const args = ["dev", "-c", "bench/reference/wrangler.toml", "--ip", "127.0.0.1", "--port", String(port)];
+  args.push("--persist-to", join(dir, "state"), "--env-file", envFile, "--show-interactive-dev-session=false");
+  const env = { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_HIDE_BANNER: "true" };
+  const child = spawn("node_modules/.bin/wrangler", args, { env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("the reference was not ready in 60 s")), 60_000);
+    const onData = (chunk) => /Ready on http/.test(chunk.toString()) && (clearTimeout(timer), resolve());
+    child.stdout.on("data", onData);
+    child.stderr.on("data", () => {});
+    child.on("exit", () => reject(new Error("the reference exited")));
+  });
+  return {
+    url: `http://127.0.0.1:${port}`,
+    pid: child.pid,
+    processed: async () => (await (await fetch(`http://127.0.0.1:${port}/`)).json()).consumed,
+    stop: async () => {
+      process.kill(-child.pid, "SIGKILL");
+      await sleep(500);
+    },
+  };
+}
+
+/** This worker under `make dev`'s runner, answering after `mode`. */
+async function startOurs(dir, mode) {
+  const envFile = join(dir, "dev.vars");
+  writeEnvFile(envFile, {
+    STRIPE_WEBHOOK_SECRET: SECRET,
+    GITHUB_WEBHOOK_SECRET: "gh_test_secret",
+    SIDE_EFFECTS: "log",
+    ADMIN_TOKEN: TOKEN,
+    REPLY_AFTER: mode,
+  });
+  const dev = await startDev({ port: await freePort(), persistTo: join(dir, "state"), envFile });
+  const headers = { authorization: `Bearer ${TOKEN}` };
+  return {
+    url: dev.url,
+    pid: dev.pid,
+    processed: async () => {
+      const { stats } = await (await fetch(`${dev.url}/admin/api/stats`, { headers })).json();
+      const ledger = stats.processed.find((c) => c.source === "stripe")?.events ?? 0;
+      const sent = stats.outbox.find((c) => c.source === "stripe" && c.status === "sent")?.rows ?? 0;
+      return Math.min(ledger, sent);
+    },
+    stop: () => dev.stop(),
+  };
+}
+
+const total = (byName) => Object.values(byName).reduce((a, b) => a + b, 0);
+
+async function run(name, start, round) {
+  const dir = mkdtempSync(join(TMP, "gateway-bench-"));
+  const server = await start(dir);
+  try {
+    const url = `${server.url}/webhooks/stripe`;
+    const warm = Array.from({ length: WARM_UP }, (_, i) => signed(checkoutBody(`gw${round}w${i}`)));
+    await driveAll(url, warm, IN_FLIGHT);
+    const events = Array.from({ length: EVENTS }, (_, i) => signed(checkoutBody(`gw${round}${name}${i}`)));
+    const cpuBefore = groupCpuMs(server.pid);
+    const began = Date.now();
+    const distinct = await driveAll(url, events, IN_FLIGHT);
+    const cpuAfter = groupCpuMs(server.pid);
+    let processedAt = null;
+    while (processedAt === null && Date.now() - began < 300_000) {
+      if ((await server.processed()) >= WARM_UP + EVENTS) processedAt = Date.now();
+      else await sleep(200);
+    }
+    const copies = await driveAll(url, events, IN_FLIGHT);
+    const ms = distinct.results.map((r) => r.ms).sort((a, b) => a - b);
+    const copyMs = copies.results.map((r) => r.ms).sort((a, b) => a - b);
+    const firsts = distinct.results.filter((r) => r.status === 200 && ["processed", "accepted"].includes(r.outcome));
+    const dups = copies.results.filter((r) => r.status === 200 && r.outcome === "duplicate");
+    return {
+      run: name,
+      "acks/s": Math.round(firsts.length / distinct.seconds),
+      "p50 ms": Math.round(quantile(ms, 0.5)),
+      "p99 ms": Math.round(quantile(ms, 0.99)),
+      "max ms": Math.round(ms.at(-1)),
+      errors: EVENTS - firsts.length + (EVENTS - dups.length),
+      "processed/s": processedAt ? Math.round(EVENTS / ((processedAt - began) / 1000)) : 0,
+      "CPU ms/event": +((total(cpuAfter) - total(cpuBefore)) / EVENTS).toFixed(2),
+      "copies/s": Math.round(dups.length / copies.seconds),
+      "copies p99 ms": Math.round(quantile(copyMs, 0.99)),
+    };
+  } finally {
+    await server.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
+const kinds = {
+  reference: (dir) => startReference(dir),
+  effect: (dir) => startOurs(dir, "effect"),
+  record: (dir) => startOurs(dir, "record"),
+};
+const rows = [];
+try {
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const [name, start] of Object.entries(kinds)) {
+      const row = await run(name, start, round);
+      console.log(JSON.stringify(row));
+      rows.push(row);
+    }
+  }
+} finally {
+  agent.destroy();
+}
+const medians = Object.keys(kinds).map((name) => {
+  const mine = rows.filter((r) => r.run === name);
+  return Object.fromEntries(Object.keys(mine[0]).map((k) => [k, k === "run" ? `${name} (median of ${mine.length})` : median(mine.map((r) => r[k]))]));
+});
+console.table(medians);
+const [ref, effect, record] = medians;
+const ratio = (a, b) => +(a / b).toFixed(2);
+console.table([
+  { target: 'record acks/s ≥ 0.9× reference', ratio: ratio(record["acks/s"], ref["acks/s"]) },
+  { target: "record p99 ≤ reference's", ratio: ratio(record["p99 ms"], ref["p99 ms"]) },
+  { target: 'effect acks/s ≥ 0.7× reference', ratio: ratio(effect["acks/s"], ref["acks/s"]) },
+  { target: "copies/s ≥ 0.8× reference's", ratio: ratio(effect["copies/s"], ref["copies/s"]) },
+]);
