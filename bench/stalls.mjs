@@ -19,7 +19,6 @@ const RUNS = Number(process.argv[2] ?? 5);
 const EVENTS = Number(process.argv[3] ?? 2000);
 const IN_FLIGHT = 32;
 const TICK_LEAD_MS = 4_000;
-process.env.DEV_LOG_TICKS = "1";
 
 const rows = [];
 try {
@@ -32,7 +31,8 @@ try {
       SIDE_EFFECTS: "log",
       ...(process.env.REPLY_AFTER ? { REPLY_AFTER: process.env.REPLY_AFTER } : {}),
     });
-    const dev = await startDev({ port: await freePort(), persistTo: join(dir, "state"), envFile });
+    const env = { DEV_LOG_TICKS: "1" };
+    const dev = await startDev({ port: await freePort(), persistTo: join(dir, "state"), envFile, env });
     try {
       await sleep((60_000 - TICK_LEAD_MS - (Date.now() % 60_000) + 60_000) % 60_000);
       const ticksBefore = dev.output.join("").split("ran\n").length;

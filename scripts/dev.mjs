@@ -2,22 +2,22 @@
 // out locally — the cron triggers. wrangler does not run scheduled handlers
 // in local development, and the local queue keeps its messages in memory, so
 // without the cron relay a side effect whose message died with the process
-// would stay `pending` for good. This runner starts `wrangler dev` and, on
-// the schedule in wrangler.toml's `[triggers] crons` (in UTC, like
-// Cloudflare), calls the scheduled handler through the local runtime's own
-// trigger route, `/cdn-cgi/handler/scheduled?cron=…` — the one wrangler's
-// start-up warning suggests — until wrangler stops. Nothing here changes the
-// deployed worker.
+// would stay `pending` for good. This runner starts the worker as `wrangler
+// dev` does (wrangler's API, below) and, on the schedule in wrangler.toml's
+// `[triggers] crons` (in UTC, like Cloudflare), calls the scheduled handler
+// through the local runtime's own trigger route,
+// `/cdn-cgi/handler/scheduled?cron=…` — the one wrangler's start-up warning
+// suggests — until it stops. Nothing here changes the deployed worker.
 //
 //   node scripts/dev.mjs [--port 8787] [--persist-to .wrangler/state]
 //                        [--env-file FILE] [--var NAME:VALUE ...]
 //
 // Without --env-file, secrets come from .dev.vars (copied from
 // .dev.vars.example if absent). Binds to 127.0.0.1 only.
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { copyFileSync, existsSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { unstable_readConfig } from "wrangler";
+import { unstable_readConfig, unstable_startWorker } from "wrangler";
 
 import { cronMatches } from "./cron.mjs";
 
@@ -35,11 +35,8 @@ const persist = ["--persist-to", options["persist-to"]];
 // No banner (whose update check calls the npm registry), and let
 // scripts/build.sh skip a build when nothing it is built from changed
 // (BUILD_IF_CHANGED=0 forces one, e.g. after a toolchain upgrade).
-const env = {
-  ...process.env,
-  WRANGLER_HIDE_BANNER: process.env.WRANGLER_HIDE_BANNER ?? "true",
-  BUILD_IF_CHANGED: process.env.BUILD_IF_CHANGED ?? "1",
-};
+process.env.WRANGLER_HIDE_BANNER ??= "true";
+process.env.BUILD_IF_CHANGED ??= "1";
 
 // An expression the ticker cannot run is an error now, not in a minute.
 const crons = unstable_readConfig({ config: "wrangler.toml" }).triggers?.crons ?? [];
@@ -52,40 +49,44 @@ if (!options["env-file"] && !existsSync(".dev.vars")) {
 
 const migrations = spawnSync(WRANGLER, ["d1", "migrations", "apply", "DB", "--local", ...persist], {
   stdio: "inherit",
-  env,
 });
 if (migrations.status !== 0) process.exit(migrations.status ?? 1);
 
-const wrangler = spawn(
-  WRANGLER,
-  [
-    "dev",
-    "--ip",
-    "127.0.0.1",
-    "--port",
-    options.port,
-    "--show-interactive-dev-session=false",
-    ...persist,
-    ...(options["env-file"] ? ["--env-file", options["env-file"]] : []),
-    ...options.var.flatMap((v) => ["--var", v]),
-  ],
-  { stdio: "inherit", env },
-);
+// The worker, as `wrangler dev` runs it, through wrangler's own API: the
+// CLI always attaches its DevTools proxy to the runtime, which turns every
+// log line and subrequest into DevTools messages. Under a burst that halves
+// throughput and stalls every reply for seconds (BENCHMARKS.md, "make dev
+// under load"); without it nothing is lost but the DevTools link.
+const worker = await unstable_startWorker({
+  config: "wrangler.toml",
+  envFiles: options["env-file"] ? [options["env-file"]] : undefined,
+  bindings: Object.fromEntries(
+    options.var.map((pair) => {
+      const at = pair.indexOf(":");
+      return [pair.slice(0, at), { type: "plain_text", value: pair.slice(at + 1) }];
+    }),
+  ),
+  sendMetrics: false,
+  dev: {
+    remote: false,
+    inspector: false,
+    server: { hostname: "127.0.0.1", port: Number(options.port) },
+    persist: options["persist-to"],
+  },
+});
+await worker.ready;
 
 const ticker = crons.length > 0 ? startTicker(crons) : undefined;
 if (ticker) console.log(`dev: running the cron triggers locally (${crons.join(", ")}, UTC)`);
 
-// Ctrl-C reaches wrangler through the terminal's process group; a plain
-// SIGTERM to this runner is passed on.
+// Ctrl-C, or a SIGTERM to this runner: the runtime stops with it.
 for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
-  process.on(signal, () => wrangler.kill(signal));
+  process.on(signal, async () => {
+    clearTimeout(ticker?.timer);
+    await worker.dispose().catch(() => {});
+    process.exit(0);
+  });
 }
-wrangler.on("exit", (code, signal) => {
-  clearTimeout(ticker?.timer);
-  process.exit(code ?? (signal ? 1 : 0));
-});
-// Should this runner fail, wrangler does not keep serving without crons.
-process.on("exit", () => wrangler.kill("SIGTERM"));
 process.on("uncaughtException", (e) => {
   console.error(`dev: ${e.stack ?? e}`);
   process.exit(1);

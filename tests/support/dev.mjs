@@ -51,13 +51,14 @@ export function freePort() {
 
 /**
  * Starts `node scripts/dev.mjs` in its own process group and resolves once
- * wrangler says it is ready. `kill()` SIGKILLs the whole group (runner,
+ * wrangler says it is ready; `vars` are the worker's, `env` the runner's
+ * (e.g. `DEV_LOG_TICKS`). `kill()` SIGKILLs the whole group (runner,
  * wrangler, workerd): a crash, with no chance to flush anything.
  */
-export async function startDev({ port, persistTo, envFile, vars = {}, readyMs = 180_000 }) {
+export async function startDev({ port, persistTo, envFile, vars = {}, env = {}, readyMs = 180_000 }) {
   const args = ["scripts/dev.mjs", "--port", String(port), "--persist-to", persistTo, "--env-file", envFile];
   for (const [name, value] of Object.entries(vars)) args.push("--var", `${name}:${value}`);
-  const child = spawn("node", args, { env: ENV, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn("node", args, { env: { ...ENV, ...env }, detached: true, stdio: ["ignore", "pipe", "pipe"] });
   groups.add(child.pid);
   const output = [];
   let exited = false;
