@@ -1,9 +1,11 @@
 // `make gateway-bench`: this worker beside a yardstick, the minimal
 // KV-dedupe gateway in bench/reference/ (WebCrypto Stripe verify, KV get and
-// put, a queue send), both under `wrangler dev` on loopback with state on
-// tmpfs, driven by the same load: 2,000 signed Stripe checkouts (~930 bytes,
+// put, a queue send), both in wrangler's local runtime on loopback with
+// state on tmpfs, driven by the same load: 2,000 signed Stripe checkouts (~930 bytes,
 // each with one side effect here) at 32 in flight, then the same 2,000 again
-// (copies). Runs alternate — reference, REPLY_AFTER = "effect", "record" —
+// (copies). Both are served the same way: `make dev`'s runner for this
+// worker, bench/reference/serve.mjs (wrangler's API the same way) for the
+// reference. Runs alternate — reference, REPLY_AFTER = "effect", "record" —
 // for ROUNDS rounds (default 3), each from a fresh start. Prints every run,
 // then the medians and the ratios to the reference.
 //
@@ -13,7 +15,8 @@
 // same events with their effect and side effect done (ours: ledger rows and
 // `sent` outbox rows, from the admin API; the reference: messages its queue
 // consumer received), from the first send to the last one done. CPU ms per
-// event: every process of the run's group (node, wrangler, both workerd).
+// event: every process of the run's group (node with wrangler, both
+// workerd), from the first send until every event is processed.
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -31,30 +34,48 @@ const SECRET = "whsec_test_current";
 const TOKEN = "gateway-bench-token-0123456789abcdef";
 const TMP = existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir();
 
-/** The reference under plain `wrangler dev`, in its own process group. */
+// Every process group started here dies with this process, however it ends.
+const groups = new Set();
+const killGroup = (pgid) => {
+  try {
+    process.kill(-pgid, "SIGKILL");
+  } catch {
+    // gone already
+  }
+};
+process.on("exit", () => groups.forEach(killGroup));
+
+/** The reference, served as this worker is (bench/reference/serve.mjs). */
 async function startReference(dir) {
   const port = await freePort();
   const envFile = join(dir, "ref.vars");
   writeEnvFile(envFile, { STRIPE_WEBHOOK_SECRET: SECRET });
-  const args = ["dev", "-c", "bench/reference/wrangler.toml", "--ip", "127.0.0.1", "--port", String(port)];
-  args.push("--persist-to", join(dir, "state"), "--env-file", envFile, "--show-interactive-dev-session=false");
   const env = { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_HIDE_BANNER: "true" };
-  const child = spawn("node_modules/.bin/wrangler", args, { env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
-  await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("the reference was not ready in 60 s")), 60_000);
-    const onData = (chunk) => /Ready on http/.test(chunk.toString()) && (clearTimeout(timer), resolve());
-    child.stdout.on("data", onData);
-    child.stderr.on("data", () => {});
-    child.on("exit", () => reject(new Error("the reference exited")));
-  });
+  const args = ["bench/reference/serve.mjs", String(port), join(dir, "state"), envFile];
+  const child = spawn("node", args, { env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  groups.add(child.pid);
+  const stop = async () => {
+    killGroup(child.pid);
+    groups.delete(child.pid);
+    await sleep(500);
+  };
+  try {
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error("the reference was not ready in 60 s")), 60_000);
+      const onData = (chunk) => /Ready on http/.test(chunk.toString()) && (clearTimeout(timer), resolve());
+      child.stdout.on("data", onData);
+      child.stderr.on("data", () => {});
+      child.on("exit", () => reject(new Error("the reference exited")));
+    });
+  } catch (e) {
+    await stop();
+    throw e;
+  }
   return {
     url: `http://127.0.0.1:${port}`,
     pid: child.pid,
-    processed: async () => (await (await fetch(`http://127.0.0.1:${port}/`)).json()).consumed,
-    stop: async () => {
-      process.kill(-child.pid, "SIGKILL");
-      await sleep(500);
-    },
+    processed: async () => (await (await fetch(`http://127.0.0.1:${port}/`, { signal: AbortSignal.timeout(10_000) })).json()).consumed,
+    stop,
   };
 }
 
@@ -74,7 +95,8 @@ async function startOurs(dir, mode) {
     url: dev.url,
     pid: dev.pid,
     processed: async () => {
-      const { stats } = await (await fetch(`${dev.url}/admin/api/stats`, { headers })).json();
+      const res = await fetch(`${dev.url}/admin/api/stats`, { headers, signal: AbortSignal.timeout(10_000) });
+      const { stats } = await res.json();
       const ledger = stats.processed.find((c) => c.source === "stripe")?.events ?? 0;
       const sent = stats.outbox.find((c) => c.source === "stripe" && c.status === "sent")?.rows ?? 0;
       return Math.min(ledger, sent);
@@ -96,12 +118,15 @@ async function run(name, start, round) {
     const cpuBefore = groupCpuMs(server.pid);
     const began = Date.now();
     const distinct = await driveAll(url, events, IN_FLIGHT);
-    const cpuAfter = groupCpuMs(server.pid);
     let processedAt = null;
     while (processedAt === null && Date.now() - began < 300_000) {
       if ((await server.processed()) >= WARM_UP + EVENTS) processedAt = Date.now();
       else await sleep(200);
     }
+    // Once every event is processed: the effects that follow the replies
+    // (the consumer's, `record`'s) count too.
+    const cpuAfter = groupCpuMs(server.pid);
+    if (processedAt === null) throw new Error(`${name}: not every event was processed in 300 s`);
     const copies = await driveAll(url, events, IN_FLIGHT);
     const ms = distinct.results.map((r) => r.ms).sort((a, b) => a - b);
     const copyMs = copies.results.map((r) => r.ms).sort((a, b) => a - b);
@@ -114,7 +139,7 @@ async function run(name, start, round) {
       "p99 ms": Math.round(quantile(ms, 0.99)),
       "max ms": Math.round(ms.at(-1)),
       errors: EVENTS - firsts.length + (EVENTS - dups.length),
-      "processed/s": processedAt ? Math.round(EVENTS / ((processedAt - began) / 1000)) : 0,
+      "processed/s": Math.round(EVENTS / ((processedAt - began) / 1000)),
       "CPU ms/event": +((total(cpuAfter) - total(cpuBefore)) / EVENTS).toFixed(2),
       "copies/s": Math.round(dups.length / copies.seconds),
       "copies p99 ms": Math.round(quantile(copyMs, 0.99)),

@@ -64,10 +64,17 @@ export function post(url, { body, headers }) {
       res.on("data", (c) => chunks.push(c));
       res.on("end", () => {
         const ms = Number(process.hrtime.bigint() - started) / 1e6;
-        const reply = JSON.parse(Buffer.concat(chunks));
+        let reply = {};
+        try {
+          reply = JSON.parse(Buffer.concat(chunks));
+        } catch {
+          reply = { error: "not_json" };
+        }
         resolve({ status: res.statusCode, ms, outcome: reply.outcome ?? reply.error });
       });
     });
+    // A reply held this long is a failure to report, not a hung benchmark.
+    req.setTimeout(30_000, () => req.destroy(new Error("no reply in 30 s")));
     req.on("error", reject);
     req.end(body);
   });

@@ -13,7 +13,7 @@ WRANGLER=node_modules/.bin/wrangler
 export WRANGLER_SEND_METRICS=false
 # "Total Upload: 834.21 KiB / gzip: 327.50 KiB", as wrangler prints it.
 upload() {
-    "$WRANGLER" deploy --dry-run --outdir target/dry-run "$@" 2>&1 | sed -n 's/^Total Upload: //p'
+    "$WRANGLER" deploy --dry-run --outdir "$PWD/target/dry-run" "$@" 2>&1 | sed -n 's/^Total Upload: //p'
 }
 printf '%-48s %10s %10s   %s\n' "features" "wasm" "gzipped" "upload (wrangler)"
 ALL_PROVIDERS=stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,generic-hmac

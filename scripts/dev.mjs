@@ -60,10 +60,11 @@ if (migrations.status !== 0) process.exit(migrations.status ?? 1);
 const worker = await unstable_startWorker({
   config: "wrangler.toml",
   envFiles: options["env-file"] ? [options["env-file"]] : undefined,
+  // `--var NAME:VALUE`, as the CLI reads it (and hides it).
   bindings: Object.fromEntries(
     options.var.map((pair) => {
-      const at = pair.indexOf(":");
-      return [pair.slice(0, at), { type: "plain_text", value: pair.slice(at + 1) }];
+      const [name, ...value] = pair.split(":");
+      return [name, { type: "plain_text", value: value.join(":"), hidden: true }];
     }),
   ),
   sendMetrics: false,
@@ -73,6 +74,12 @@ const worker = await unstable_startWorker({
     server: { hostname: "127.0.0.1", port: Number(options.port) },
     persist: options["persist-to"],
   },
+});
+// What ends the CLI's session ends this runner: a runtime that cannot start
+// (a port in use) or reload. A build that fails is only logged, as there.
+worker.raw.once("error", (e) => {
+  console.error(`dev: ${e.reason ?? e.message}${e.cause ? `: ${e.cause.message ?? e.cause}` : ""}`);
+  process.exit(1);
 });
 await worker.ready;
 

@@ -111,7 +111,7 @@ mod tests {
 
     #[test]
     fn a_source_may_answer_once_recorded() {
-        let config = parse("slack", r#"{"provider":"example","reply_after":"record"}"#).unwrap();
+        let config = parse("acme", r#"{"provider":"example","reply_after":"record"}"#).unwrap();
         let mode = config.reply_after.as_deref().and_then(ReplyAfter::parse);
         assert_eq!(mode, Some(ReplyAfter::Record));
         assert_eq!(ReplyAfter::parse("effect"), Some(ReplyAfter::Effect));
