@@ -37,6 +37,10 @@ const persist = ["--persist-to", options["persist-to"]];
 // (BUILD_IF_CHANGED=0 forces one, e.g. after a toolchain upgrade).
 process.env.WRANGLER_HIDE_BANNER ??= "true";
 process.env.BUILD_IF_CHANGED ??= "1";
+// Nothing fetched from outside: no metrics, and no `Request.cf` object from
+// Cloudflare (a placeholder serves locally), also when run without make.
+process.env.WRANGLER_SEND_METRICS ??= "false";
+process.env.CLOUDFLARE_CF_FETCH_ENABLED ??= "false";
 
 // An expression the ticker cannot run is an error now, not in a minute.
 const crons = unstable_readConfig({ config: "wrangler.toml" }).triggers?.crons ?? [];
