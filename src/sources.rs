@@ -112,10 +112,13 @@ mod tests {
     #[test]
     fn a_source_may_answer_once_recorded() {
         let config = parse("acme", r#"{"provider":"example","reply_after":"record"}"#).unwrap();
-        let mode = config.reply_after.as_deref().and_then(ReplyAfter::parse);
+        let mode = config
+            .reply_after
+            .as_deref()
+            .and_then(ReplyAfter::from_name);
         assert_eq!(mode, Some(ReplyAfter::Record));
-        assert_eq!(ReplyAfter::parse("effect"), Some(ReplyAfter::Effect));
-        assert_eq!(ReplyAfter::parse("Record"), None, "exact names only");
+        assert_eq!(ReplyAfter::from_name("effect"), Some(ReplyAfter::Effect));
+        assert_eq!(ReplyAfter::from_name("Record"), None, "exact names only");
         assert_eq!(ReplyAfter::default(), ReplyAfter::Effect);
     }
 

@@ -6,6 +6,8 @@ use std::str::FromStr;
 
 use worker::Env;
 
+use crate::names::named_enum;
+
 mod table;
 mod values;
 
@@ -216,41 +218,28 @@ impl ForwardSettings {
     }
 }
 
-/// When a first delivery is answered: `REPLY_AFTER`, or a source's own
-/// `reply_after` in `[vars.SOURCES]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ReplyAfter {
-    /// Once the effect is applied (or its failure recorded for a retry):
-    /// a 200 `processed` means "applied".
-    #[default]
-    Effect,
-    /// Once the event is claimed and its alarm armed: a 200 `accepted`
-    /// means "recorded"; the effect follows the reply, in the same object.
-    Record,
+named_enum! {
+    /// When a first delivery is answered: `REPLY_AFTER`, or a source's own
+    /// `reply_after` in `[vars.SOURCES]`.
+    #[derive(Default)]
+    pub enum ReplyAfter {
+        /// Once the effect is applied (or its failure recorded for a retry):
+        /// a 200 `processed` means "applied".
+        #[default]
+        Effect = "effect",
+        /// Once the event is claimed and its alarm armed: a 200 `accepted`
+        /// means "recorded"; the effect follows the reply, in the same object.
+        Record = "record",
+    }
 }
 
 impl ReplyAfter {
-    pub fn name(self) -> &'static str {
-        match self {
-            ReplyAfter::Effect => "effect",
-            ReplyAfter::Record => "record",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "effect" => Some(ReplyAfter::Effect),
-            "record" => Some(ReplyAfter::Record),
-            _ => None,
-        }
-    }
-
     /// The source's own setting (`own`, from `SOURCES.{source}`), else
     /// `REPLY_AFTER`, else `effect`. Any other value, in either, is an error
     /// naming it.
     pub fn from_env(env: &Env, source: &str, own: Option<&str>) -> Result<Self, ConfigError> {
         let parse = |name: &str, value: &str| {
-            ReplyAfter::parse(value)
+            ReplyAfter::from_name(value)
                 .ok_or_else(|| ConfigError(format!("{name} must be effect or record")))
         };
         let global = match text(env, "REPLY_AFTER") {

@@ -79,7 +79,7 @@ impl Handoff {
                 }
                 "fault" => fault = Some(Fault::parse(&value).ok_or("handoff: unknown fault")?),
                 // A mode this release does not know: the safe one.
-                "reply_after" => reply_after = ReplyAfter::parse(&value).unwrap_or_default(),
+                "reply_after" => reply_after = ReplyAfter::from_name(&value).unwrap_or_default(),
                 _ => {}
             }
         }
