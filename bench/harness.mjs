@@ -100,45 +100,38 @@ export function workerdCpuMs() {
   return null;
 }
 
-/** Sends `requests` with at most `concurrency` in flight. */
-export async function drive(url, requests, concurrency) {
+/**
+ * Sends `requests` with at most `concurrency` in flight; results in the
+ * order of `requests`. A request that fails (a reset, a refused connection)
+ * is a result (`status` 0, its error as `outcome`), not the end of the run.
+ */
+export async function driveAll(url, requests, concurrency) {
   const results = new Array(requests.length);
   let next = 0;
-  const cpuBefore = workerdCpuMs();
   const started = process.hrtime.bigint();
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
       while (next < requests.length) {
         const i = next++;
-        results[i] = await post(url, requests[i]);
-      }
-    }),
-  );
-  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-  const cpuAfter = workerdCpuMs();
-  const cpuMs = cpuBefore === null || cpuAfter === null ? null : cpuAfter - cpuBefore;
-  return { results, seconds, cpuMs };
-}
-
-
-/**
- * Sends `requests` with at most `concurrency` in flight, like `drive`, but
- * a request that fails (a reset, a refused connection) is a result
- * (`status` 0, its error as `outcome`), not the end of the run.
- */
-export async function driveAll(url, requests, concurrency) {
-  const results = [];
-  let next = 0;
-  const started = process.hrtime.bigint();
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < requests.length) {
-        const request = requests[next++];
-        results.push(await post(url, request).catch((e) => ({ status: 0, ms: Infinity, outcome: e.code ?? e.message })));
+        results[i] = await post(url, requests[i]).catch((e) => ({ status: 0, ms: Infinity, outcome: e.code ?? e.message }));
       }
     }),
   );
   return { results, seconds: Number(process.hrtime.bigint() - started) / 1e9 };
+}
+
+/**
+ * `driveAll`, for benchmarks where a failed request ends the run, with the
+ * workerd CPU it took.
+ */
+export async function drive(url, requests, concurrency) {
+  const cpuBefore = workerdCpuMs();
+  const { results, seconds } = await driveAll(url, requests, concurrency);
+  const failed = results.find((r) => r.status === 0);
+  if (failed) throw new Error(`a request failed: ${failed.outcome}`);
+  const cpuAfter = workerdCpuMs();
+  const cpuMs = cpuBefore === null || cpuAfter === null ? null : cpuAfter - cpuBefore;
+  return { results, seconds, cpuMs };
 }
 
 /** The `q` quantile of ascending `sorted`. */
