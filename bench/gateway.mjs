@@ -11,12 +11,18 @@
 //
 //   node bench/gateway.mjs [rounds] [events]     (uses build/ as it is)
 //
+// GATEWAY_RUNS=reference,effect runs only those (no ratios then);
+// GATEWAY_VARS=LOG_LEVEL=warn,… sets this worker's variables (e.g. to
+// leave out the delivery's log line, which the reference does not write).
+//
 // Acknowledged/s: distinct events answered 200 per second. Processed/s: the
 // same events with their effect and side effect done (ours: ledger rows and
 // `sent` outbox rows, from the admin API; the reference: messages its queue
 // consumer received), from the first send to the last one done. CPU ms per
 // event: every process of the run's group (node with wrangler, both
-// workerd), from the first send until every event is processed.
+// workerd), from the first send until every event is processed; then the
+// same for the workerd processes alone, and for node alone (wrangler,
+// which prints the worker's log lines).
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -88,6 +94,7 @@ async function startOurs(dir, mode) {
     SIDE_EFFECTS: "log",
     ADMIN_TOKEN: TOKEN,
     REPLY_AFTER: mode,
+    ...Object.fromEntries((process.env.GATEWAY_VARS ?? "").split(",").filter(Boolean).map((kv) => kv.split("="))),
   });
   const dev = await startDev({ port: await freePort(), persistTo: join(dir, "state"), envFile });
   const headers = { authorization: `Bearer ${TOKEN}` };
@@ -126,6 +133,7 @@ async function run(name, start, round) {
     // Once every event is processed: the effects that follow the replies
     // (the consumer's, `record`'s) count too.
     const cpuAfter = groupCpuMs(server.pid);
+    const perEvent = (name) => +(((cpuAfter[name] ?? 0) - (cpuBefore[name] ?? 0)) / EVENTS).toFixed(2);
     if (processedAt === null) throw new Error(`${name}: not every event was processed in 300 s`);
     const copies = await driveAll(url, events, IN_FLIGHT);
     const ms = distinct.results.map((r) => r.ms).sort((a, b) => a - b);
@@ -143,6 +151,8 @@ async function run(name, start, round) {
       "CPU ms/event": +((total(cpuAfter) - total(cpuBefore)) / EVENTS).toFixed(2),
       "copies/s": Math.round(dups.length / copies.seconds),
       "copies p99 ms": Math.round(quantile(copyMs, 0.99)),
+      "workerd CPU ms": perEvent("workerd"),
+      "node CPU ms": perEvent("node"),
     };
   } finally {
     await server.stop();
@@ -156,6 +166,8 @@ const kinds = {
   effect: (dir) => startOurs(dir, "effect"),
   record: (dir) => startOurs(dir, "record"),
 };
+const only = process.env.GATEWAY_RUNS?.split(",");
+if (only) for (const name of Object.keys(kinds)) if (!only.includes(name)) delete kinds[name];
 const rows = [];
 try {
   for (let round = 0; round < ROUNDS; round++) {
@@ -175,7 +187,7 @@ const medians = Object.keys(kinds).map((name) => {
 console.table(medians);
 const [ref, effect, record] = medians;
 const ratio = (a, b) => +(a / b).toFixed(2);
-console.table([
+if (!only) console.table([
   { target: 'record acks/s ≥ 0.9× reference', ratio: ratio(record["acks/s"], ref["acks/s"]) },
   { target: "record p99 ≤ reference's", ratio: ratio(record["p99 ms"], ref["p99 ms"]) },
   { target: 'effect acks/s ≥ 0.7× reference', ratio: ratio(effect["acks/s"], ref["acks/s"]) },

@@ -155,6 +155,15 @@ impl Db {
         self.prepare(statement)?.first::<String>(Some(column)).await
     }
 
+    /// Every row's `json` column (the statement's one column), decoded.
+    pub async fn rows<T: DeserializeOwned>(&self, statement: &Statement) -> Result<Vec<T>> {
+        let texts = self.texts(statement).await?;
+        texts
+            .iter()
+            .map(|text| serde_json::from_str(text).map_err(Into::into))
+            .collect()
+    }
+
     /// The one text column of every row (a `RETURNING key`).
     pub async fn texts(&self, statement: &Statement) -> Result<Vec<String>> {
         let rows = self.prepare(statement)?.raw::<String>().await?;

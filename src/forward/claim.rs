@@ -102,11 +102,12 @@ pub async fn claim(
         serde_json::to_string(ids)?.into(),
         serde_json::to_string(usable)?.into(),
     ];
-    let mut claimed: Vec<(Claimed, bool)> =
-        decode(db.texts(&Statement::new(CLAIM, params)).await?)?
-            .into_iter()
-            .map(|row| (row, false))
-            .collect();
+    let mut claimed: Vec<(Claimed, bool)> = db
+        .rows(&Statement::new(CLAIM, params))
+        .await?
+        .into_iter()
+        .map(|row| (row, false))
+        .collect();
     let mut retry_in = Vec::new();
     if claimed.len() < ids.len() {
         let unclaimed: Vec<&String> = ids
@@ -115,7 +116,7 @@ pub async fn claim(
             .collect();
         let standing = Statement::new(STANDING, vec![serde_json::to_string(&unclaimed)?.into()]);
         let mut waiting: Vec<String> = Vec::new();
-        for row in decode::<Standing>(db.texts(&standing).await?)? {
+        for row in db.rows::<Standing>(&standing).await? {
             let usable = usable.contains(&row.destination.as_str());
             if !usable && !waiting.contains(&row.destination) {
                 waiting.push(row.destination.clone());
@@ -162,9 +163,7 @@ async fn stand(
                     let probe = breaker::take_probe(&row.destination, settings, now);
                     if db.run(&probe).await? == 1 {
                         let params = vec![now.into(), lease_until.into(), row.id.as_str().into()];
-                        return Ok(
-                            decode(db.texts(&Statement::new(CLAIM_PROBE, params)).await?)?.pop(),
-                        );
+                        return Ok(db.rows(&Statement::new(CLAIM_PROBE, params)).await?.pop());
                     }
                 }
                 Some("disabled") => {}
@@ -192,12 +191,6 @@ pub(super) async fn note_unusable(db: &Db, name: &str, now: i64) -> worker::Resu
         vec![name.into(), WHY.into(), now.into()],
     );
     db.run(&note).await.map(drop)
-}
-
-fn decode<T: serde::de::DeserializeOwned>(rows: Vec<String>) -> worker::Result<Vec<T>> {
-    rows.iter()
-        .map(|row| serde_json::from_str(row).map_err(Into::into))
-        .collect()
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@
 
 mod alert;
 mod call_http;
+mod claims;
 pub mod consumer;
 mod notify_chat;
 pub mod notify_operator;
