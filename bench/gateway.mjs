@@ -5,9 +5,10 @@
 // each with one side effect here) at 32 in flight, then the same 2,000 again
 // (copies). Both are served the same way: `make dev`'s runner for this
 // worker, bench/reference/serve.mjs (wrangler's API the same way) for the
-// reference. Runs alternate — reference, REPLY_AFTER = "effect", "record" —
-// for ROUNDS rounds (default 3), each from a fresh start. Prints every run,
-// then the medians and the ratios to the reference.
+// reference. Runs alternate — reference, REPLY_AFTER = "effect", "record",
+// then both again at LOG_LEVEL = "warn" — for ROUNDS rounds (default 3),
+// each from a fresh start. Prints every run, then the medians and the
+// ratios to the reference.
 //
 //   node bench/gateway.mjs [rounds] [events]     (uses build/ as it is)
 //
@@ -86,7 +87,7 @@ async function startReference(dir) {
 }
 
 /** This worker under `make dev`'s runner, answering after `mode`. */
-async function startOurs(dir, mode) {
+async function startOurs(dir, mode, vars = {}) {
   const envFile = join(dir, "dev.vars");
   writeEnvFile(envFile, {
     STRIPE_WEBHOOK_SECRET: SECRET,
@@ -94,6 +95,7 @@ async function startOurs(dir, mode) {
     SIDE_EFFECTS: "log",
     ADMIN_TOKEN: TOKEN,
     REPLY_AFTER: mode,
+    ...vars,
     ...Object.fromEntries((process.env.GATEWAY_VARS ?? "").split(",").filter(Boolean).map((kv) => kv.split("="))),
   });
   const dev = await startDev({ port: await freePort(), persistTo: join(dir, "state"), envFile });
@@ -165,6 +167,10 @@ const kinds = {
   reference: (dir) => startReference(dir),
   effect: (dir) => startOurs(dir, "effect"),
   record: (dir) => startOurs(dir, "record"),
+  // The reference writes no log line; at `warn`, neither does this worker
+  // for a delivery that went well.
+  "effect, warn": (dir) => startOurs(dir, "effect", { LOG_LEVEL: "warn" }),
+  "record, warn": (dir) => startOurs(dir, "record", { LOG_LEVEL: "warn" }),
 };
 const only = process.env.GATEWAY_RUNS?.split(",");
 if (only) for (const name of Object.keys(kinds)) if (!only.includes(name)) delete kinds[name];
@@ -185,11 +191,15 @@ const medians = Object.keys(kinds).map((name) => {
   return Object.fromEntries(Object.keys(mine[0]).map((k) => [k, k === "run" ? `${name} (median of ${mine.length})` : median(mine.map((r) => r[k]))]));
 });
 console.table(medians);
-const [ref, effect, record] = medians;
+const [ref, effect, record, effectWarn, recordWarn] = medians;
 const ratio = (a, b) => +(a / b).toFixed(2);
-if (!only) console.table([
-  { target: 'record acks/s ≥ 0.9× reference', ratio: ratio(record["acks/s"], ref["acks/s"]) },
-  { target: "record p99 ≤ reference's", ratio: ratio(record["p99 ms"], ref["p99 ms"]) },
-  { target: 'effect acks/s ≥ 0.7× reference', ratio: ratio(effect["acks/s"], ref["acks/s"]) },
-  { target: "copies/s ≥ 0.8× reference's", ratio: ratio(effect["copies/s"], ref["copies/s"]) },
-]);
+const targets = (effect, record) => ({
+  "record acks/s ≥ 0.9×": ratio(record["acks/s"], ref["acks/s"]),
+  "record p99 ≤ 1×": ratio(record["p99 ms"], ref["p99 ms"]),
+  "effect acks/s ≥ 0.7×": ratio(effect["acks/s"], ref["acks/s"]),
+  "copies/s ≥ 0.8×": ratio(effect["copies/s"], ref["copies/s"]),
+});
+if (!only) {
+  console.log("Ratios to the reference, against the issue's targets:");
+  console.table({ "LOG_LEVEL = info (default)": targets(effect, record), "LOG_LEVEL = warn": targets(effectWarn, recordWarn) });
+}

@@ -225,6 +225,22 @@ describe(`the outbox, on ${FIRST}'s events with a test side effect`, () => {
     }
   });
 
+  test("a slow call holds up no other side effect's sent mark", async () => {
+    const slow = eventOf(FIRST);
+    const quick = eventOf(FIRST);
+    // Sent together, their side effects reach the consumer in one batch.
+    // The slow one's run stalls 3 s after its call, past its 1.5 s lease.
+    await Promise.all([send(FIRST, slow, { "x-test-fault": "pause-before-complete:3000" }), send(FIRST, quick, { "x-test-fault": "with-side-effect" })]);
+    await eventually(() => calls("http://chat.test/", slow.id).length === 1, 10_000, "the slow call");
+    const row = await settled(quick.id, "notify_chat", "sent");
+    assert.equal(row.attempts, 1);
+    assert.equal((await outboxRows(slow.id, "notify_chat"))[0].status, "sending", "the slow run is still asleep");
+    // Nothing took the slow row over meanwhile: its claim holds.
+    await settled(slow.id, "notify_chat", "sent");
+    assert.equal(calls("http://chat.test/", quick.id).length, 1);
+    assert.equal(calls("http://chat.test/", slow.id).length, 1);
+  });
+
   test("a queue send lost after the commit: the cron relay sends it, once", async () => {
     const event = eventOf(FIRST);
     assert.equal((await send(FIRST, event, { "x-test-fault": "fail-enqueue" })).body.outcome, "processed");

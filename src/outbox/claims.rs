@@ -40,12 +40,14 @@ pub(super) struct Current {
 }
 
 /// Claims the rows named in `?1` (JSON) that are due, or whose lease
-/// expired (a crashed run's); `?2` now, `?3` the lease.
+/// expired (a crashed run's); `?2` now, `?3` the lease. `+status` keeps
+/// SQLite from the `outbox_due` index, which would read every due row of a
+/// backlog, to look each row up by its key.
 const CLAIM: &str = "UPDATE outbox SET status = 'sending', attempts = attempts + 1, \
          lease_until = ?2 + ?3, updated_at = ?2 \
      WHERE idempotency_key IN (SELECT value FROM json_each(?1)) \
-       AND ((status = 'pending' AND next_attempt_at <= ?2) \
-            OR (status = 'sending' AND lease_until < ?2)) \
+       AND ((+status = 'pending' AND next_attempt_at <= ?2) \
+            OR (+status = 'sending' AND lease_until < ?2)) \
      RETURNING json_object('key', idempotency_key, 'source', source, \
          'event_id', event_id, 'action', action, \
          'payload', payload, 'attempts', attempts, 'lease_until', lease_until) AS json";
@@ -55,12 +57,13 @@ const CURRENT: &str = "SELECT json_object('key', idempotency_key, 'status', stat
      FROM outbox WHERE idempotency_key IN (SELECT value FROM json_each(?1))";
 
 /// Marks `sent` every row in `?1` (JSON: key, attempts, lease, note) whose
-/// claim holds; `?2` now. Returns the keys it marked.
+/// claim holds; `?2` now. Returns the keys it marked. Looked up by key
+/// (`+status`, as in [`CLAIM`]).
 const SENT: &str = "UPDATE outbox SET status = 'sent', note = json_extract(j.value, '$.note'), \
          lease_until = NULL, updated_at = ?2 \
      FROM json_each(?1) AS j \
      WHERE outbox.idempotency_key = json_extract(j.value, '$.key') \
-       AND outbox.status = 'sending' AND outbox.attempts = json_extract(j.value, '$.attempts') \
+       AND +outbox.status = 'sending' AND outbox.attempts = json_extract(j.value, '$.attempts') \
        AND outbox.lease_until = json_extract(j.value, '$.lease_until') \
      RETURNING idempotency_key";
 
@@ -206,7 +209,23 @@ mod tests {
         let fields = json.as_object().unwrap();
         assert_eq!(fields.len(), 4);
         for field in fields.keys() {
-            assert!(SENT.contains(&format!("json_extract(j.value, '$.{field}')")), "{field}");
+            assert!(
+                SENT.contains(&format!("json_extract(j.value, '$.{field}')")),
+                "{field}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_batch_statements_look_rows_up_by_key() {
+        // On `status`, SQLite would pick the `outbox_due` index and read
+        // every due row of a backlog: EXPLAIN QUERY PLAN said so.
+        for sql in [CLAIM, SENT] {
+            let (_, conditions) = sql.split_once("WHERE").unwrap();
+            let unmarked = conditions
+                .replace("+status", "")
+                .replace("+outbox.status", "");
+            assert!(!unmarked.contains("status ="), "{sql}");
         }
     }
 

@@ -1,10 +1,11 @@
 //! The queue consumer: each message names one outbox row. A batch's rows
 //! are claimed in one statement, their calls made concurrently under each
-//! row's idempotency key, and the calls that succeeded marked `sent` in one
-//! more: two D1 calls per batch on the success path, not two per row. Every
-//! write is conditional on its claim still holding.
+//! row's idempotency key, and the calls that succeeded marked `sent` as
+//! they end, together: two D1 calls for a batch whose calls end together,
+//! not two per row. Every write is conditional on its claim still holding.
 
-use futures_util::future::join_all;
+use futures_util::future::FutureExt;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use worker::wasm_bindgen::JsValue;
 use worker::{Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage};
 
@@ -18,7 +19,7 @@ use crate::fault::Fault;
 use crate::log::{self, Line};
 
 /// Performs a batch's messages, each its own row, concurrently: a slow
-/// target must not hold up the rest.
+/// target holds up neither the other calls nor their `sent` marks.
 pub async fn consume(batch: MessageBatch<JsValue>, env: &Env) -> worker::Result<()> {
     let settings = OutboxSettings::from_env(env)?;
     let rows = Rows(Db::from_env(env)?);
@@ -82,7 +83,10 @@ enum Next {
 
 /// Claims the batch's rows (`keys`, one per job), performs what it
 /// claimed, and records the results; says what to tell the queue about
-/// each job, in order.
+/// each job, in order. A call's success is marked `sent` as soon as it is
+/// known, with every other one known by then, in one statement: a slow
+/// target holds up no other row's mark, and the common batch, whose calls
+/// end together, costs one.
 async fn settle(
     keys: &[&str],
     jobs: &[(RawMessage, Job)],
@@ -93,71 +97,99 @@ async fn settle(
 ) -> worker::Result<Vec<Next>> {
     let now = now_ms();
     let claimed = rows.claim(keys, now, settings.lease_ms).await?;
+    let mut calls: FuturesUnordered<_> = claimed
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let job = jobs
+                .iter()
+                .map(|(_, job)| job)
+                .find(|job| job.key == row.key);
+            let fault = job.and_then(|job| job.fault).filter(|_| test_faults);
+            perform(row, fault, rows, env, settings).map(move |done| (i, done))
+        })
+        .collect();
+    let mut decided: Vec<Option<Next>> = vec![None; claimed.len()];
+    while let Some(first) = calls.next().await {
+        let mut ended = vec![first];
+        while let Some(Some(done)) = calls.next().now_or_never() {
+            ended.push(done);
+        }
+        let sent: Vec<(&Claimed, Option<String>)> = ended
+            .iter()
+            .filter_map(|(i, done)| match done {
+                Ok(Done::Sent(note)) => Some((&claimed[*i], note.clone())),
+                _ => None,
+            })
+            .collect();
+        let held = if sent.is_empty() {
+            Ok(Vec::new())
+        } else {
+            rows.mark_sent(&sent, now_ms()).await
+        };
+        for (i, done) in ended {
+            let next = recorded(&claimed[i], done, &held);
+            decided[i] = Some(next.unwrap_or_else(|e| failed(&claimed[i].key, e, settings)));
+        }
+    }
+    // The rows the claim skipped, looked up once the calls are done; if
+    // that fails, only their messages are retried.
     let unclaimed: Vec<&str> = keys
         .iter()
         .copied()
         .filter(|key| !claimed.iter().any(|row| row.key == *key))
         .collect();
     let current = if unclaimed.is_empty() {
-        Vec::new()
-    } else {
-        rows.current(&unclaimed).await?
-    };
-    let performed = join_all(claimed.iter().map(|row| {
-        let job = jobs
-            .iter()
-            .map(|(_, job)| job)
-            .find(|job| job.key == row.key);
-        let fault = job.and_then(|job| job.fault).filter(|_| test_faults);
-        perform(row, fault, rows, env, settings)
-    }))
-    .await;
-    // The calls that succeeded, marked `sent` together; the rest decided
-    // each on its own (rescheduled, dead) by `perform`.
-    let sent: Vec<(&Claimed, Option<String>)> = claimed
-        .iter()
-        .zip(&performed)
-        .filter_map(|(row, done)| match done {
-            Ok(Done::Sent(note)) => Some((row, note.clone())),
-            _ => None,
-        })
-        .collect();
-    let held = if sent.is_empty() {
         Ok(Vec::new())
     } else {
-        rows.mark_sent(&sent, now_ms()).await
+        rows.current(&unclaimed).await
     };
-    let mut next = Vec::with_capacity(keys.len());
-    for key in keys {
-        let decided = match claimed.iter().position(|row| row.key == *key) {
-            Some(i) => match (&performed[i], &held) {
-                (Ok(Done::Decided(next)), _) => Ok(*next),
-                (Ok(Done::Sent(note)), Ok(held)) => {
-                    let row = &claimed[i];
-                    let line = Line::new(if held.contains(&row.key) {
-                        "outbox_sent"
-                    } else {
-                        "outbox_claim_lost"
-                    });
-                    let line = line.idempotency_key(key).attempt(row.attempts);
-                    match (held.contains(&row.key), note) {
-                        (true, Some(note)) => log::info(&line.detail(note)),
-                        (true, None) => log::info(&line),
-                        (false, _) => log::error(&line),
-                    }
-                    Ok(Next::Ack)
-                }
-                (Ok(Done::Sent(_)), Err(e)) | (Err(e), _) => Err(e.to_string()),
+    Ok(keys
+        .iter()
+        .map(|key| match claimed.iter().position(|row| row.key == *key) {
+            Some(i) => decided[i].unwrap_or(Next::RetryIn(settings.backoff_secs(1))),
+            None => match &current {
+                Ok(current) => standing(current.iter().find(|row| row.key == *key), now),
+                Err(e) => failed(key, e.to_string(), settings),
             },
-            None => Ok(standing(current.iter().find(|row| row.key == *key), now)),
-        };
-        next.push(decided.unwrap_or_else(|e| {
-            let line = Line::new("outbox_error").idempotency_key(key);
-            log::error(&line.detail(e));
-            Next::RetryIn(settings.backoff_secs(1))
-        }));
+        })
+        .collect())
+}
+
+/// What a claimed row's call came to, once its `sent` mark (`held`: the
+/// keys whose claim held, or why the mark failed) is known.
+fn recorded(
+    row: &Claimed,
+    done: worker::Result<Done>,
+    held: &worker::Result<Vec<String>>,
+) -> Result<Next, String> {
+    let note = match (done, held) {
+        (Ok(Done::Decided(next)), _) => return Ok(next),
+        (Ok(Done::Sent(note)), Ok(_)) => note,
+        (Ok(Done::Sent(_)), Err(e)) => return Err(e.to_string()),
+        (Err(e), _) => return Err(e.to_string()),
+    };
+    let held = held.as_ref().is_ok_and(|keys| keys.contains(&row.key));
+    let line = Line::new(if held {
+        "outbox_sent"
+    } else {
+        "outbox_claim_lost"
+    });
+    let line = line.idempotency_key(&row.key).attempt(row.attempts);
+    match (held, note) {
+        (true, Some(note)) => log::info(&line.detail(note)),
+        (true, None) => log::info(&line),
+        (false, _) => log::error(&line),
     }
-    Ok(next)
+    Ok(Next::Ack)
+}
+
+/// D1 unreachable or the like: nothing was decided for `key`; its message
+/// is tried again after a jittered first backoff, not at once into an
+/// outage.
+fn failed(key: &str, error: String, settings: &OutboxSettings) -> Next {
+    log::error(&Line::new("outbox_error").idempotency_key(key).detail(error));
+    Next::RetryIn(settings.backoff_secs(1))
 }
 
 /// What to do with a row the claim skipped, as it stands.
