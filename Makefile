@@ -9,7 +9,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 # A build with fewer providers (and neither admin surface), checked too.
 MINIMAL := stripe,github
 
-.PHONY: dev sink test setup setup-test build build-minimal lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate template-check sizes gateway-bench dev-bench
+.PHONY: dev sink test setup setup-test build build-minimal lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate template-check sizes gateway-bench dev-bench profile
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
@@ -140,6 +140,12 @@ forward-bench: setup build
 ## BENCHMARKS.md.
 gateway-bench: setup build
 	node bench/gateway.mjs
+
+# needs: everything
+## Where the local runtime's CPU goes per new event and per copy, from a
+## Linux perf profile of make dev under load; see BENCHMARKS.md.
+profile: setup build
+	node bench/profile.mjs
 
 # needs: everything
 ## A first load test against make dev, five times from a fresh start, a

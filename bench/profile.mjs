@@ -1,0 +1,106 @@
+// `make profile`: where the local runtime's CPU goes for this worker's
+// events. Starts `make dev`'s runner (state on tmpfs), warms it up, then
+// records the runtime with Linux `perf` (call graphs, 999 Hz) twice: while
+// EVENTS new signed Stripe checkouts (one side effect each) are sent at 32
+// in flight and processed, then while the same events are sent again as
+// copies. Prints, for each phase, the share of the busiest thread (the
+// runtime's event loop, which bounds the rate) spent under each kind of
+// work, and that time per event.
+//
+//   node bench/profile.mjs [events=2000]     (uses build/ as it is; needs perf)
+//
+// Shares are inclusive and overlap (a D1 call is a subrequest and SQL).
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import { join } from "node:path";
+
+import { agent, checkoutBody, driveAll, signed } from "./harness.mjs";
+import { freePort, sleep, startDev, writeEnvFile } from "../tests/support/dev.mjs";
+
+const EVENTS = Number(process.argv[2] ?? 2000);
+const HZ = 999;
+const TOKEN = "profile-bench-token-0123456789abcdef";
+if (spawnSync("perf", ["--version"]).status !== 0) {
+  console.error("profile: needs Linux perf (e.g. apt-get install linux-perf)");
+  process.exit(1);
+}
+
+/** What each row counts: a sample whose stack holds a frame matching it. */
+const KINDS = [
+  ["an inbox object started (actor, SQLite file)", /workerd::Worker::Actor::Impl::Impl/],
+  ["SQL run (the inbox's, and local D1's)", /workerd::api::SqlStorage::exec/],
+  ["subrequests (to the inbox, D1)", /workerd::api::fetchImpl/],
+  ["queue sends", /workerd::api::WorkerQueue::send/],
+  ["alarms set or read", /DurableObjectStorageOperations::(set|get)Alarm/],
+  ["log lines", /workerd::Worker::handleLog/],
+  ["requests received (dispatch)", /ServiceWorkerGlobalScope::request/],
+  ["queue batches received", /workerd::api::QueueCustomEvent::run/],
+  ["wasm (this worker's Rust)", /Wasm|wasm-function/],
+  ["garbage collection", /v8::internal::Heap::CollectGarbage|Scavenge/],
+];
+
+/** Samples of the busiest thread of `data`, as stacks of symbols. */
+function stacks(data) {
+  const out = spawnSync("perf", ["script", "-i", data, "-F", "tid,ip,sym"], { maxBuffer: 1 << 30 }).stdout.toString();
+  const byThread = new Map();
+  for (const block of out.split("\n\n")) {
+    const [head, ...frames] = block.split("\n");
+    if (!head?.trim()) continue;
+    const tid = head.trim();
+    if (!byThread.has(tid)) byThread.set(tid, []);
+    byThread.get(tid).push(frames.join("\n"));
+  }
+  return [...byThread.values()].sort((a, b) => b.length - a.length)[0] ?? [];
+}
+
+function report(title, data, events) {
+  const samples = stacks(data);
+  const busyMs = (samples.length / HZ) * 1000;
+  console.log(`\n${title}: busiest thread ${(busyMs / events).toFixed(2)} ms per event (${samples.length} samples)`);
+  console.table(
+    KINDS.map(([kind, pattern]) => {
+      const n = samples.filter((stack) => pattern.test(stack)).length;
+      return { kind, share: `${((100 * n) / samples.length).toFixed(1)} %`, "ms/event": +((n / HZ) * 1000 / events).toFixed(3) };
+    }),
+  );
+}
+
+async function recording(pids, data, work) {
+  const perf = spawn("perf", ["record", "-q", "-F", String(HZ), "-g", "-o", data, "-p", pids.join(",")], { stdio: "ignore" });
+  await sleep(500);
+  try {
+    await work();
+  } finally {
+    perf.kill("SIGINT");
+    await new Promise((resolve) => perf.on("exit", resolve));
+  }
+}
+
+const dir = mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir(), "profile-"));
+const envFile = join(dir, "dev.vars");
+writeEnvFile(envFile, { STRIPE_WEBHOOK_SECRET: "whsec_test_current", GITHUB_WEBHOOK_SECRET: "gh", SIDE_EFFECTS: "log", ADMIN_TOKEN: TOKEN });
+const dev = await startDev({ port: await freePort(), persistTo: join(dir, "state"), envFile });
+try {
+  const url = `${dev.url}/webhooks/stripe`;
+  await driveAll(url, Array.from({ length: 100 }, (_, i) => signed(checkoutBody(`pw${i}`))), 32);
+  const pids = spawnSync("pgrep", ["-g", String(dev.pid), "-x", "workerd"]).stdout.toString().trim().split("\n");
+  const events = Array.from({ length: EVENTS }, (_, i) => signed(checkoutBody(`pe${i}`)));
+  const sent = async () => {
+    const headers = { authorization: `Bearer ${TOKEN}` };
+    const res = await fetch(`${dev.url}/admin/api/stats`, { headers, signal: AbortSignal.timeout(10_000) });
+    const { stats } = await res.json();
+    return stats.outbox.find((c) => c.source === "stripe" && c.status === "sent")?.rows ?? 0;
+  };
+  await recording(pids, join(dir, "new.data"), async () => {
+    await driveAll(url, events, 32);
+    for (let i = 0; i < 600 && (await sent()) < 100 + EVENTS; i++) await sleep(200);
+  });
+  await recording(pids, join(dir, "copies.data"), () => driveAll(url, events, 32));
+  report(`New events (${EVENTS}), until each one's side effect was sent`, join(dir, "new.data"), EVENTS);
+  report(`The same events again, as copies`, join(dir, "copies.data"), EVENTS);
+} finally {
+  agent.destroy();
+  await dev.stop();
+  rmSync(dir, { recursive: true, force: true });
+}
