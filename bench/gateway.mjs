@@ -12,9 +12,9 @@
 //
 //   node bench/gateway.mjs [rounds] [events]     (uses build/ as it is)
 //
-// GATEWAY_RUNS=reference,effect runs only those (no ratios then);
-// GATEWAY_VARS=LOG_LEVEL=warn,… sets this worker's variables (e.g. to
-// leave out the delivery's log line, which the reference does not write).
+// GATEWAY_RUNS=reference,effect runs only those (no ratios then; the others
+// are record, effect-warn, record-warn); GATEWAY_VARS=NAME=value,… sets
+// this worker's variables (the -warn runs keep LOG_LEVEL = "warn").
 //
 // Acknowledged/s: distinct events answered 200 per second. Processed/s: the
 // same events with their effect and side effect done (ours: ledger rows and
@@ -95,8 +95,8 @@ async function startOurs(dir, mode, vars = {}) {
     SIDE_EFFECTS: "log",
     ADMIN_TOKEN: TOKEN,
     REPLY_AFTER: mode,
+    ...Object.fromEntries((process.env.GATEWAY_VARS ?? "").split(",").filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)])),
     ...vars,
-    ...Object.fromEntries((process.env.GATEWAY_VARS ?? "").split(",").filter(Boolean).map((kv) => kv.split("="))),
   });
   const dev = await startDev({ port: await freePort(), persistTo: join(dir, "state"), envFile });
   const headers = { authorization: `Bearer ${TOKEN}` };
@@ -169,10 +169,11 @@ const kinds = {
   record: (dir) => startOurs(dir, "record"),
   // The reference writes no log line; at `warn`, neither does this worker
   // for a delivery that went well.
-  "effect, warn": (dir) => startOurs(dir, "effect", { LOG_LEVEL: "warn" }),
-  "record, warn": (dir) => startOurs(dir, "record", { LOG_LEVEL: "warn" }),
+  "effect-warn": (dir) => startOurs(dir, "effect", { LOG_LEVEL: "warn" }),
+  "record-warn": (dir) => startOurs(dir, "record", { LOG_LEVEL: "warn" }),
 };
 const only = process.env.GATEWAY_RUNS?.split(",");
+for (const name of only ?? []) if (!kinds[name]) throw new Error(`GATEWAY_RUNS: no run ${name} (${Object.keys(kinds).join(", ")})`);
 if (only) for (const name of Object.keys(kinds)) if (!only.includes(name)) delete kinds[name];
 const rows = [];
 try {

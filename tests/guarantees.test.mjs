@@ -228,8 +228,9 @@ describe(`the outbox, on ${FIRST}'s events with a test side effect`, () => {
   test("a slow call holds up no other side effect's sent mark", async () => {
     const slow = eventOf(FIRST);
     const quick = eventOf(FIRST);
-    // Sent together, their side effects reach the consumer in one batch.
-    // The slow one's run stalls 3 s after its call, past its 1.5 s lease.
+    // Sent together, their side effects reach the consumer in one batch
+    // (the local queue waits up to 1 s to fill one). The slow one's run
+    // stalls 3 s after its call, past its 1.5 s lease.
     await Promise.all([send(FIRST, slow, { "x-test-fault": "pause-before-complete:3000" }), send(FIRST, quick, { "x-test-fault": "with-side-effect" })]);
     await eventually(() => calls("http://chat.test/", slow.id).length === 1, 10_000, "the slow call");
     const row = await settled(quick.id, "notify_chat", "sent");

@@ -144,12 +144,13 @@ async fn settle(
     } else {
         rows.current(&unclaimed).await
     };
+    let looked_at = now_ms();
     Ok(keys
         .iter()
         .map(|key| match claimed.iter().position(|row| row.key == *key) {
             Some(i) => decided[i].unwrap_or(Next::RetryIn(settings.backoff_secs(1))),
             None => match &current {
-                Ok(current) => standing(current.iter().find(|row| row.key == *key), now),
+                Ok(current) => standing(current.iter().find(|row| row.key == *key), looked_at),
                 Err(e) => failed(key, e.to_string(), settings),
             },
         })
