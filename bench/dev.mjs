@@ -7,28 +7,15 @@
 //
 // DEV_EVENTS sets the events per scenario (default 1000); DEV_LOG_LEVEL the
 // worker's LOG_LEVEL (info, the default, or warn).
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import os from "node:os";
-import { join } from "node:path";
-
-import { agent, checkoutBody, drive, signed } from "./harness.mjs";
+import { agent, checkoutBody, drive, signed, startBenchDev } from "./harness.mjs";
 import { groupCpuMs } from "./group.mjs";
-import { freePort, startDev, writeEnvFile } from "../tests/support/dev.mjs";
 
 const EVENTS = Number(process.env.DEV_EVENTS ?? 1000);
 const CONCURRENCY = 16;
 
 // State on tmpfs, as in bench/run.mjs.
-const tmp = mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir(), "webhooks-dev-bench-"));
-const envFile = join(tmp, "dev.vars");
-writeEnvFile(envFile, {
-  STRIPE_WEBHOOK_SECRET: "whsec_test_current",
-  GITHUB_WEBHOOK_SECRET: "gh_test_secret",
-  SIDE_EFFECTS: "log",
-  ...(process.env.DEV_LOG_LEVEL ? { LOG_LEVEL: process.env.DEV_LOG_LEVEL } : {}),
-});
-const port = await freePort();
-const dev = await startDev({ port, persistTo: join(tmp, "state"), envFile });
+const vars = process.env.DEV_LOG_LEVEL ? { LOG_LEVEL: process.env.DEV_LOG_LEVEL } : {};
+const dev = await startBenchDev("webhooks-dev-bench", { vars });
 const pgid = dev.pid;
 const url = `${dev.url}/webhooks/stripe`;
 
@@ -62,5 +49,4 @@ try {
 } finally {
   agent.destroy();
   await dev.stop();
-  rmSync(tmp, { recursive: true, force: true });
 }

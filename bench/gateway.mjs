@@ -24,85 +24,38 @@
 // workerd), from the first send until every event is processed; then the
 // same for the workerd processes alone, and for node alone (wrangler,
 // which prints the worker's log lines).
-import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import os from "node:os";
-import { join } from "node:path";
-
-import { agent, checkoutBody, driveAll, quantile, signed } from "./harness.mjs";
+import { agent, checkoutBody, driveAll, quantile, signed, startBenchDev } from "./harness.mjs";
 import { groupCpuMs } from "./group.mjs";
-import { freePort, sleep, startDev, writeEnvFile } from "../tests/support/dev.mjs";
+import { sleep } from "../tests/support/dev.mjs";
 
 const ROUNDS = Number(process.argv[2] ?? 3);
 const EVENTS = Number(process.argv[3] ?? 2000);
 const IN_FLIGHT = 32;
 const WARM_UP = 100;
-const SECRET = "whsec_test_current";
 const TOKEN = "gateway-bench-token-0123456789abcdef";
-const TMP = existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir();
-
-// Every process group started here dies with this process, however it ends.
-const groups = new Set();
-const killGroup = (pgid) => {
-  try {
-    process.kill(-pgid, "SIGKILL");
-  } catch {
-    // gone already
-  }
-};
-process.on("exit", () => groups.forEach(killGroup));
 
 /** The reference, served as this worker is (bench/reference/serve.mjs). */
-async function startReference(dir) {
-  const port = await freePort();
-  const envFile = join(dir, "ref.vars");
-  writeEnvFile(envFile, { STRIPE_WEBHOOK_SECRET: SECRET });
-  const env = { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_HIDE_BANNER: "true" };
-  const args = ["bench/reference/serve.mjs", String(port), join(dir, "state"), envFile];
-  const child = spawn("node", args, { env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
-  groups.add(child.pid);
-  const stop = async () => {
-    killGroup(child.pid);
-    groups.delete(child.pid);
-    await sleep(500);
-  };
-  try {
-    await new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error("the reference was not ready in 60 s")), 60_000);
-      const onData = (chunk) => /Ready on http/.test(chunk.toString()) && (clearTimeout(timer), resolve());
-      child.stdout.on("data", onData);
-      child.stderr.on("data", () => {});
-      child.on("exit", () => reject(new Error("the reference exited")));
-    });
-  } catch (e) {
-    await stop();
-    throw e;
-  }
+async function startReference() {
+  const dev = await startBenchDev("gateway-bench", { script: "bench/reference/serve.mjs" });
   return {
-    url: `http://127.0.0.1:${port}`,
-    pid: child.pid,
-    processed: async () => (await (await fetch(`http://127.0.0.1:${port}/`, { signal: AbortSignal.timeout(10_000) })).json()).consumed,
-    stop,
+    ...dev,
+    processed: async () => (await (await fetch(`${dev.url}/`, { signal: AbortSignal.timeout(10_000) })).json()).consumed,
   };
 }
 
 /** This worker under `make dev`'s runner, answering after `mode`. */
-async function startOurs(dir, mode, vars = {}) {
-  const envFile = join(dir, "dev.vars");
-  writeEnvFile(envFile, {
-    STRIPE_WEBHOOK_SECRET: SECRET,
-    GITHUB_WEBHOOK_SECRET: "gh_test_secret",
-    SIDE_EFFECTS: "log",
-    ADMIN_TOKEN: TOKEN,
-    REPLY_AFTER: mode,
-    ...Object.fromEntries((process.env.GATEWAY_VARS ?? "").split(",").filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)])),
-    ...vars,
+async function startOurs(mode, vars = {}) {
+  const dev = await startBenchDev("gateway-bench", {
+    vars: {
+      ADMIN_TOKEN: TOKEN,
+      REPLY_AFTER: mode,
+      ...Object.fromEntries((process.env.GATEWAY_VARS ?? "").split(",").filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)])),
+      ...vars,
+    },
   });
-  const dev = await startDev({ port: await freePort(), persistTo: join(dir, "state"), envFile });
   const headers = { authorization: `Bearer ${TOKEN}` };
   return {
-    url: dev.url,
-    pid: dev.pid,
+    ...dev,
     processed: async () => {
       const res = await fetch(`${dev.url}/admin/api/stats`, { headers, signal: AbortSignal.timeout(10_000) });
       const { stats } = await res.json();
@@ -110,15 +63,13 @@ async function startOurs(dir, mode, vars = {}) {
       const sent = stats.outbox.find((c) => c.source === "stripe" && c.status === "sent")?.rows ?? 0;
       return Math.min(ledger, sent);
     },
-    stop: () => dev.stop(),
   };
 }
 
 const total = (byName) => Object.values(byName).reduce((a, b) => a + b, 0);
 
 async function run(name, start, round) {
-  const dir = mkdtempSync(join(TMP, "gateway-bench-"));
-  const server = await start(dir);
+  const server = await start();
   try {
     const url = `${server.url}/webhooks/stripe`;
     const warm = Array.from({ length: WARM_UP }, (_, i) => signed(checkoutBody(`gw${round}w${i}`)));
@@ -158,19 +109,18 @@ async function run(name, start, round) {
     };
   } finally {
     await server.stop();
-    rmSync(dir, { recursive: true, force: true });
   }
 }
 
 const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 const kinds = {
-  reference: (dir) => startReference(dir),
-  effect: (dir) => startOurs(dir, "effect"),
-  record: (dir) => startOurs(dir, "record"),
+  reference: () => startReference(),
+  effect: () => startOurs("effect"),
+  record: () => startOurs("record"),
   // The reference writes no log line; at `warn`, neither does this worker
   // for a delivery that went well.
-  "effect-warn": (dir) => startOurs(dir, "effect", { LOG_LEVEL: "warn" }),
-  "record-warn": (dir) => startOurs(dir, "record", { LOG_LEVEL: "warn" }),
+  "effect-warn": () => startOurs("effect", { LOG_LEVEL: "warn" }),
+  "record-warn": () => startOurs("record", { LOG_LEVEL: "warn" }),
 };
 const only = process.env.GATEWAY_RUNS?.split(",");
 for (const name of only ?? []) if (!kinds[name]) throw new Error(`GATEWAY_RUNS: no run ${name} (${Object.keys(kinds).join(", ")})`);

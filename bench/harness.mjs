@@ -1,8 +1,12 @@
-// What the benchmarks share: the event they send, signed, and a driver that
-// posts over loopback and reads the runtime's CPU time.
-import { readdirSync, readFileSync } from "node:fs";
+// What the benchmarks share: the event they send, signed, a driver that
+// posts over loopback and reads the runtime's CPU time, and `make dev`'s
+// runner started for them.
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import http from "node:http";
+import os from "node:os";
+import { join } from "node:path";
 
+import { freePort, startDev, writeEnvFile } from "../tests/support/dev.mjs";
 import { stripeHeaders } from "../tests/support/sign.mjs";
 
 const SECRET = "whsec_test_current";
@@ -50,6 +54,25 @@ export function checkoutBody(n, { email = "buyer@example.com", type = "checkout.
 
 export function signed(body) {
   return { body, headers: stripeHeaders(body, SECRET) };
+}
+
+/**
+ * `make dev`'s runner (or `script`, taking its flags) on a free port, with
+ * its state on tmpfs, the secret `signed` signs with, side effects logged,
+ * and `vars`; `env` is the runner's. Its `stop` also deletes the state.
+ */
+export async function startBenchDev(name, { vars = {}, env = {}, script } = {}) {
+  const dir = mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir(), `${name}-`));
+  const forget = () => rmSync(dir, { recursive: true, force: true });
+  try {
+    const envFile = join(dir, "dev.vars");
+    writeEnvFile(envFile, { STRIPE_WEBHOOK_SECRET: SECRET, GITHUB_WEBHOOK_SECRET: "gh_test_secret", SIDE_EFFECTS: "log", ...vars });
+    const dev = await startDev({ port: await freePort(), persistTo: join(dir, "state"), envFile, env, script });
+    return { ...dev, stop: () => dev.stop().finally(forget) };
+  } catch (e) {
+    forget();
+    throw e;
+  }
 }
 
 /** Copies of one event sent at once in a storm: also the most sockets open. */

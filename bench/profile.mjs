@@ -14,12 +14,12 @@
 // Compiled JavaScript and wasm are not symbolized (no JIT map): a frame V8
 // names as wasm is counted, the rest is counted only as unnamed own time.
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import { join } from "node:path";
 
-import { agent, checkoutBody, driveAll, signed } from "./harness.mjs";
-import { freePort, sleep, startDev, writeEnvFile } from "../tests/support/dev.mjs";
+import { agent, checkoutBody, driveAll, signed, startBenchDev } from "./harness.mjs";
+import { sleep } from "../tests/support/dev.mjs";
 
 const EVENTS = Number(process.argv[2] ?? 2000);
 const HZ = 999;
@@ -91,12 +91,10 @@ async function sendAll(url, requests) {
   if (refused > 0) throw new Error(`${refused} of ${results.length} requests were not answered 200`);
 }
 
-const dir = mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir(), "profile-"));
-let dev;
+const dev = await startBenchDev("profile", { vars: { ADMIN_TOKEN: TOKEN } });
+// The recordings.
+const dir = mkdtempSync(join(os.tmpdir(), "profile-"));
 try {
-  const envFile = join(dir, "dev.vars");
-  writeEnvFile(envFile, { STRIPE_WEBHOOK_SECRET: "whsec_test_current", GITHUB_WEBHOOK_SECRET: "gh", SIDE_EFFECTS: "log", ADMIN_TOKEN: TOKEN });
-  dev = await startDev({ port: await freePort(), persistTo: join(dir, "state"), envFile });
   const url = `${dev.url}/webhooks/stripe`;
   await sendAll(url, Array.from({ length: 100 }, (_, i) => signed(checkoutBody(`pw${i}`))));
   const pids = spawnSync("pgrep", ["-g", String(dev.pid), "-x", "workerd"]).stdout.toString().trim().split("\n").filter(Boolean);
@@ -120,6 +118,6 @@ try {
   report(`The same events again, as copies`, join(dir, "copies.data"), EVENTS);
 } finally {
   agent.destroy();
-  await dev?.stop();
+  await dev.stop();
   rmSync(dir, { recursive: true, force: true });
 }

@@ -8,12 +8,8 @@
 // 2 s, p99 under 1 s, in every run.
 //
 //   node bench/stalls.mjs [runs] [events]     (REPLY_AFTER=record to try it)
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import os from "node:os";
-import { join } from "node:path";
-
-import { agent, checkoutBody, driveAll, quantile, signed } from "./harness.mjs";
-import { freePort, sleep, startDev, writeEnvFile } from "../tests/support/dev.mjs";
+import { agent, checkoutBody, driveAll, quantile, signed, startBenchDev } from "./harness.mjs";
+import { sleep } from "../tests/support/dev.mjs";
 
 const RUNS = Number(process.argv[2] ?? 5);
 const EVENTS = Number(process.argv[3] ?? 2000);
@@ -23,16 +19,8 @@ const TICK_LEAD_MS = 4_000;
 const rows = [];
 try {
   for (let run = 1; run <= RUNS; run++) {
-    const dir = mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir(), "dev-bench-"));
-    const envFile = join(dir, "dev.vars");
-    writeEnvFile(envFile, {
-      STRIPE_WEBHOOK_SECRET: "whsec_test_current",
-      GITHUB_WEBHOOK_SECRET: "gh_test_secret",
-      SIDE_EFFECTS: "log",
-      ...(process.env.REPLY_AFTER ? { REPLY_AFTER: process.env.REPLY_AFTER } : {}),
-    });
-    const env = { DEV_LOG_TICKS: "1" };
-    const dev = await startDev({ port: await freePort(), persistTo: join(dir, "state"), envFile, env });
+    const vars = process.env.REPLY_AFTER ? { REPLY_AFTER: process.env.REPLY_AFTER } : {};
+    const dev = await startBenchDev("dev-bench", { vars, env: { DEV_LOG_TICKS: "1" } });
     try {
       await sleep((60_000 - TICK_LEAD_MS - (Date.now() % 60_000) + 60_000) % 60_000);
       const ticksBefore = dev.output.join("").split("ran\n").length;
@@ -55,7 +43,6 @@ try {
       rows.push(row);
     } finally {
       await dev.stop();
-      rmSync(dir, { recursive: true, force: true });
     }
   }
 } finally {
