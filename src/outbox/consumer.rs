@@ -44,8 +44,7 @@ pub async fn consume(batch: MessageBatch<JsValue>, env: &Env) -> worker::Result<
     if jobs.is_empty() {
         return Ok(());
     }
-    let keys: Vec<&str> = jobs.iter().map(|(_, job)| job.key.as_str()).collect();
-    match settle(&keys, &jobs, test_faults, &rows, env, &settings).await {
+    match settle(&jobs, test_faults, &rows, env, &settings).await {
         Ok(next) => {
             for ((message, _), next) in jobs.iter().zip(next) {
                 match next {
@@ -81,22 +80,22 @@ enum Next {
     RetryIn(u32),
 }
 
-/// Claims the batch's rows (`keys`, one per job), performs what it
+/// Claims the batch's rows (one per job), performs what it
 /// claimed, and records the results; says what to tell the queue about
 /// each job, in order. A call's success is marked `sent` as soon as it is
 /// known, with every other one known by then, in one statement: a slow
 /// target holds up no other row's mark, and the common batch, whose calls
 /// end together, costs one.
 async fn settle(
-    keys: &[&str],
     jobs: &[(RawMessage, Job)],
     test_faults: bool,
     rows: &Rows,
     env: &Env,
     settings: &OutboxSettings,
 ) -> worker::Result<Vec<Next>> {
+    let keys: Vec<&str> = jobs.iter().map(|(_, job)| job.key.as_str()).collect();
     let now = now_ms();
-    let claimed = rows.claim(keys, now, settings.lease_ms).await?;
+    let claimed = rows.claim(&keys, now, settings.lease_ms).await?;
     let mut calls: FuturesUnordered<_> = claimed
         .iter()
         .enumerate()
