@@ -6,10 +6,13 @@ export CLOUDFLARE_CF_FETCH_ENABLED := false
 # No banner: its update check calls the npm registry.
 export WRANGLER_HIDE_BANNER := true
 export PATH := $(HOME)/.cargo/bin:$(PATH)
+# wrangler's debug log (every line it logs) in the project's ignored state,
+# not ~/.config/.wrangler/logs; scripts/setup.sh prunes it.
+export WRANGLER_LOG_PATH := $(CURDIR)/.wrangler/logs
 # A build with fewer providers (and neither admin surface), checked too.
 MINIMAL := stripe,github
 
-.PHONY: dev sink test setup setup-test build build-minimal lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate template-check sizes gateway-bench dev-bench profile
+.PHONY: dev sink test setup setup-test build build-minimal lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate template-check sizes gateway-bench dev-bench profile relay-bench
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
@@ -133,6 +136,12 @@ costs: setup build
 ## the time to acknowledge; see BENCHMARKS.md.
 forward-bench: setup build
 	node bench/forward.mjs
+
+# needs: everything
+## The D1 rows one forward relay run reads with 100,000 deliveries held
+## for a destination whose breaker is open; see BENCHMARKS.md.
+relay-bench: setup build
+	node bench/relay-held.mjs
 
 # needs: everything
 ## This worker (REPLY_AFTER effect and record) beside a minimal KV-dedupe

@@ -60,3 +60,21 @@ fi
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
     npm ci --no-audit --no-fund
 fi
+
+# wrangler appends every line it logs, at any level, to a debug log file,
+# and has no setting that stops it. The Makefile points it into this
+# project's ignored state (WRANGLER_LOG_PATH=.wrangler/logs, one file per
+# process); here it is pruned to the newest 20 files and 200 MB.
+if [ -d .wrangler/logs ]; then
+    kept=0
+    bytes=0
+    for file in $(ls -1t .wrangler/logs/wrangler-*.log 2>/dev/null); do
+        size=$(wc -c <"$file")
+        if [ "$kept" -ge 20 ] || [ $((bytes + size)) -gt 209715200 ]; then
+            rm -f "$file"
+        else
+            kept=$((kept + 1))
+            bytes=$((bytes + size))
+        fi
+    done
+fi

@@ -71,6 +71,10 @@ check() {
     # What was not chosen leaves no name behind (tests/copies.test.mjs
     # checks every provider alone this way, without building).
     node "$ROOT/scripts/template/names.mjs" "$PROVIDERS" "$DEMOS" || fail "names are left"
+    cargo metadata --format-version 1 --locked --offline >/dev/null || fail "its Cargo.lock is not in sync"
+    # Its docs describe it: no file or make target it lacks.
+    node "$ROOT/scripts/template/refs.mjs" || fail "its docs name what it does not have"
+    ! grep -rqs "<!-- needs" docs || fail "a needs: marker is left in docs/"
     [ "$DASHBOARD" = true ] || [ ! -e src/admin/dashboard.rs ] || fail "the dashboard is left"
 
     for recipe in $RECIPES; do

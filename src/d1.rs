@@ -17,6 +17,8 @@ use serde_json::value::RawValue;
 use worker::wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, Env, Result};
 
+use crate::log::{self, Line};
+
 /// A bound SQL parameter.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -104,7 +106,7 @@ impl Db {
             .iter()
             .map(|s| self.prepare(s))
             .collect::<Result<Vec<_>>>()?;
-        self.0.batch(prepared).await.map(drop)
+        noted(self.0.batch(prepared).await).map(drop)
     }
 
     /// Runs the statements as one transaction, as [`Db::batch`], and
@@ -115,7 +117,7 @@ impl Db {
             .map(|s| self.prepare(s))
             .collect::<Result<Vec<_>>>()?;
         let mut changes = Vec::with_capacity(statements.len());
-        for result in self.0.batch(prepared).await? {
+        for result in noted(self.0.batch(prepared).await)? {
             changes.push(result.meta()?.and_then(|meta| meta.changes).unwrap_or(0));
         }
         Ok(changes)
@@ -124,10 +126,7 @@ impl Db {
     /// Runs one statement and returns how many rows it changed: how a
     /// conditional write learns whether its condition held.
     pub async fn run(&self, statement: &Statement) -> Result<usize> {
-        Ok(self
-            .prepare(statement)?
-            .run()
-            .await?
+        Ok(noted(self.prepare(statement)?.run().await)?
             .meta()?
             .and_then(|meta| meta.changes)
             .unwrap_or(0))
@@ -152,7 +151,7 @@ impl Db {
 
     /// The first row's text column `column`.
     pub async fn text(&self, statement: &Statement, column: &str) -> Result<Option<String>> {
-        self.prepare(statement)?.first::<String>(Some(column)).await
+        noted(self.prepare(statement)?.first::<String>(Some(column)).await)
     }
 
     /// Every row's `json` column (the statement's one column), decoded.
@@ -164,11 +163,64 @@ impl Db {
             .collect()
     }
 
+    /// Runs the statements as one transaction, as [`Db::batch`], and
+    /// returns the text column `column` of the rows each returned, and how
+    /// many rows D1 read for them all (what a scan costs, and is billed).
+    pub async fn batch_texts_read(
+        &self,
+        statements: &[Statement],
+        column: &str,
+    ) -> Result<(Vec<Vec<String>>, usize)> {
+        let prepared = statements
+            .iter()
+            .map(|s| self.prepare(s))
+            .collect::<Result<Vec<_>>>()?;
+        let (mut texts, mut read) = (Vec::new(), 0);
+        for result in noted(self.0.batch(prepared).await)? {
+            let rows: Vec<serde_json::Map<String, serde_json::Value>> = result.results()?;
+            read += result.meta()?.and_then(|meta| meta.rows_read).unwrap_or(0);
+            let column = rows
+                .into_iter()
+                .filter_map(|mut row| match row.remove(column) {
+                    Some(serde_json::Value::String(text)) => Some(text),
+                    _ => None,
+                });
+            texts.push(column.collect());
+        }
+        Ok((texts, read))
+    }
+
     /// The one text column of every row (a `RETURNING key`).
     pub async fn texts(&self, statement: &Statement) -> Result<Vec<String>> {
-        let rows = self.prepare(statement)?.raw::<String>().await?;
+        let rows = noted(self.prepare(statement)?.raw::<String>().await)?;
         Ok(rows.into_iter().flatten().collect())
     }
+}
+
+/// The fix for a D1 without the migrations' tables (plain `wrangler dev`
+/// before they were applied): what the log line says.
+const APPLY_MIGRATIONS: &str = "D1 has no such table: apply the migrations \
+     (npx wrangler d1 migrations apply DB --local; deployed: --remote, which make deploy \
+     runs; make dev does it first); the held events are then applied by their alarms";
+
+thread_local! {
+    static MISSING_TABLES_NOTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Passes `result` on; a "no such table" error is first logged, once per
+/// isolate, with the command that fixes it.
+fn noted<T>(result: Result<T>) -> Result<T> {
+    if let Err(e) = &result {
+        if missing_tables(&e.to_string()) && !MISSING_TABLES_NOTED.replace(true) {
+            log::error(&Line::new("d1_tables_missing").detail(APPLY_MIGRATIONS));
+        }
+    }
+    result
+}
+
+/// Whether D1's error says a table is missing.
+fn missing_tables(error: &str) -> bool {
+    error.contains("no such table")
 }
 
 /// JSON text standing for a `T`, as SQLite (or an inbox) built it: passed
@@ -195,5 +247,20 @@ impl<T> Json<T> {
 impl<T: DeserializeOwned> Json<T> {
     pub fn decode(&self) -> Result<T> {
         Ok(serde_json::from_str(self.raw.get())?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_table_is_told_from_other_errors() {
+        // As local D1 words it.
+        assert!(missing_tables(
+            "D1_ERROR: no such table: processed_events: SQLITE_ERROR"
+        ));
+        assert!(!missing_tables("D1_ERROR: UNIQUE constraint failed"));
+        assert!(APPLY_MIGRATIONS.contains("wrangler d1 migrations apply DB --local"));
     }
 }

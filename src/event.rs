@@ -41,8 +41,17 @@ impl VerifiedEvent {
     }
 }
 
+/// `"{source}:{id}"`. One key per pair because a source's name never holds
+/// `:` ([`is_source_name`]): the first `:` ends the source, whatever the id.
 pub fn dedupe_key(source: &str, id: &str) -> String {
     format!("{source}:{id}")
+}
+
+/// Whether `name` can name a source: not empty, and without `:`, which
+/// would let `("acme:a", "b")` reach the inbox of `("acme", "a:b")`.
+/// Checked where a name enters: `[vars.SOURCES]` and the admin surface.
+pub fn is_source_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(':')
 }
 
 /// SHA-256 of a payload, hex: how the ledger and the delivery log know a
@@ -50,4 +59,20 @@ pub fn dedupe_key(source: &str, id: &str) -> String {
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_key_per_source_and_id() {
+        // Every inbox keeps the name it had: source, `:`, id.
+        assert_eq!(dedupe_key("acme", "evt_1"), "acme:evt_1");
+        assert_eq!(dedupe_key("acme", "a:b"), "acme:a:b");
+        // The one other spelling of that key has no source to come from.
+        assert!(is_source_name("acme"));
+        assert!(!is_source_name("acme:a"));
+        assert!(!is_source_name(""));
+    }
 }

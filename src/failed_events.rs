@@ -104,15 +104,23 @@ pub async fn resolve(env: &Env, source: &str, event_id: &str) -> Result<()> {
 /// `Applied::Now` when dismissed, now or by an earlier dismissal whose
 /// reply was lost; `Earlier` or `Replayed` when the ledger shows the effect
 /// committed after all (nothing was dismissed: the row is resolved
-/// instead).
-pub async fn dismiss(env: &Env, event: &VerifiedEvent) -> Result<Applied> {
+/// instead). The row is written if the failure's report never was
+/// (`error`: the event's last), so that the decision is always on record:
+/// it is how a lost reply is told from an applied effect.
+pub async fn dismiss(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Applied> {
     let now = now_ms();
     let record = Statement::new(
-        "UPDATE failed_events SET dismissed_at = ?3 WHERE source = ?1 AND event_id = ?2",
+        "INSERT INTO failed_events \
+         (source, event_id, type, received_at, failed_at, last_error, dismissed_at) \
+         VALUES (?1, ?2, ?4, ?5, ?3, ?6, ?3) \
+         ON CONFLICT (source, event_id) DO UPDATE SET dismissed_at = excluded.dismissed_at",
         vec![
             event.source.as_str().into(),
             event.id.as_str().into(),
             now.into(),
+            event.kind.as_str().into(),
+            event.received_at.into(),
+            error.into(),
         ],
     );
     let db = Db::from_env(env)?;

@@ -32,6 +32,14 @@ pub enum Fault {
     /// after the call, before recording the result — past its lease, so
     /// another run may take the row over meanwhile.
     PauseBeforeComplete(i64),
+    /// Passed on to the queue consumer: a row it marks dead fails to reach
+    /// the dead-letter queue; the cron relay must send its copy.
+    FailDeadLetter,
+    /// On an admin request: the admin guard object answers 500.
+    GuardFails,
+    /// On an admin request: the admin guard object answers only after 30 s,
+    /// long past the worker's wait for it.
+    GuardHangs,
     /// The claim fails: nothing is stored.
     FailClaim,
     /// The event is stored and its alarm armed, then the inbox's answer is
@@ -61,6 +69,9 @@ pub enum Fault {
     /// Every effect attempt fails until the first time (ms); the failure
     /// report commits, and its reply is lost (an error) until the second.
     ReportReplyLost(i64, i64),
+    /// Every effect attempt fails until this time (ms); an operator's
+    /// dismissal then commits in D1, and its reply is lost (an error).
+    DismissReplyLost(i64),
     /// The event's effect also writes a test side effect, a chat message,
     /// so that a copy whose effects write none can prove its outbox.
     WithSideEffect,
@@ -78,6 +89,9 @@ impl Fault {
         if let Some(until) = name.strip_prefix("report-late:") {
             return until.parse().ok().map(Fault::ReportLate);
         }
+        if let Some(until) = name.strip_prefix("dismiss-reply-lost:") {
+            return until.parse().ok().map(Fault::DismissReplyLost);
+        }
         if let Some(times) = name.strip_prefix("report-reply-lost:") {
             let (effect, reply) = times.split_once(':')?;
             return Some(Fault::ReportReplyLost(
@@ -92,6 +106,9 @@ impl Fault {
             "fail-enqueue" => Fault::FailEnqueue,
             "crash-after-call" => Fault::CrashAfterCall,
             "fail-claim" => Fault::FailClaim,
+            "guard-fails" => Fault::GuardFails,
+            "guard-hangs" => Fault::GuardHangs,
+            "fail-dead-letter" => Fault::FailDeadLetter,
             "lose-reply" => Fault::LoseReply,
             "older-tables" => Fault::OlderTables,
             "interrupted-upgrade" => Fault::InterruptedUpgrade,
@@ -113,6 +130,9 @@ impl Fault {
             Fault::CrashAfterCall => "crash-after-call".into(),
             Fault::PauseBeforeComplete(ms) => format!("pause-before-complete:{ms}"),
             Fault::FailClaim => "fail-claim".into(),
+            Fault::GuardFails => "guard-fails".into(),
+            Fault::GuardHangs => "guard-hangs".into(),
+            Fault::FailDeadLetter => "fail-dead-letter".into(),
             Fault::LoseReply => "lose-reply".into(),
             Fault::OlderTables => "older-tables".into(),
             Fault::InterruptedUpgrade => "interrupted-upgrade".into(),
@@ -121,6 +141,7 @@ impl Fault {
             Fault::CrashAfterReply => "crash-after-reply".into(),
             Fault::ReportLate(until) => format!("report-late:{until}"),
             Fault::ReportReplyLost(effect, reply) => format!("report-reply-lost:{effect}:{reply}"),
+            Fault::DismissReplyLost(until) => format!("dismiss-reply-lost:{until}"),
             Fault::WithSideEffect => "with-side-effect".into(),
         }
     }
@@ -133,6 +154,7 @@ impl Fault {
             Some(
                 Fault::CrashAfterCall
                 | Fault::PauseBeforeComplete(_)
+                | Fault::FailDeadLetter
                 | Fault::FailEnqueue
                 | Fault::FailAfterEffect,
             ) => !has_own,
@@ -142,7 +164,11 @@ impl Fault {
 
     /// The fault the queue consumer acts on, passed on with the keys.
     pub fn for_outbox(self) -> Option<Fault> {
-        matches!(self, Fault::CrashAfterCall | Fault::PauseBeforeComplete(_)).then_some(self)
+        matches!(
+            self,
+            Fault::CrashAfterCall | Fault::PauseBeforeComplete(_) | Fault::FailDeadLetter
+        )
+        .then_some(self)
     }
 
     /// Whether the fault hits an attempt after `attempts` earlier ones: all
@@ -154,6 +180,7 @@ impl Fault {
                 | Fault::D1DownUntil(_)
                 | Fault::ReportLate(_)
                 | Fault::ReportReplyLost(..)
+                | Fault::DismissReplyLost(_)
                 | Fault::WithSideEffect
         );
         lasting || attempts == 0
@@ -162,7 +189,14 @@ impl Fault {
     /// Whether an injected outage of the effect alone (not of the failure
     /// report) is going on at `now` (ms).
     pub fn effect_down(fault: Option<Fault>, now: i64) -> bool {
-        matches!(fault, Some(Fault::ReportLate(until) | Fault::ReportReplyLost(until, _)) if now < until)
+        matches!(
+            fault,
+            Some(
+                Fault::ReportLate(until)
+                    | Fault::ReportReplyLost(until, _)
+                    | Fault::DismissReplyLost(until)
+            ) if now < until
+        )
     }
 
     /// Whether an injected D1 outage is going on at `now` (ms).
@@ -200,6 +234,9 @@ mod tests {
             Fault::CrashAfterCall,
             Fault::PauseBeforeComplete(2_500),
             Fault::FailClaim,
+            Fault::FailDeadLetter,
+            Fault::GuardFails,
+            Fault::GuardHangs,
             Fault::LoseReply,
             Fault::OlderTables,
             Fault::InterruptedUpgrade,
@@ -208,6 +245,7 @@ mod tests {
             Fault::CrashAfterReply,
             Fault::ReportLate(1_700_000_000_000),
             Fault::ReportReplyLost(1_700_000_000_000, 1_700_000_001_000),
+            Fault::DismissReplyLost(1_700_000_000_000),
             Fault::WithSideEffect,
         ] {
             let json = serde_json::to_string(&fault).unwrap();

@@ -106,6 +106,9 @@ pub struct Line<'a> {
     /// Counters a flush could not write.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub counts: Option<usize>,
+    /// Rows a relay's query read in D1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows_read: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -172,6 +175,13 @@ impl<'a> Line<'a> {
     pub fn counts(self, counts: usize) -> Self {
         Line {
             counts: Some(counts),
+            ..self
+        }
+    }
+
+    pub fn rows_read(self, rows: usize) -> Self {
+        Line {
+            rows_read: Some(rows),
             ..self
         }
     }

@@ -22,7 +22,7 @@ use crate::inbox::client::{self, Answer, DeliveryError, Handoff};
 use crate::inbox::state::Outcome;
 use crate::providers::{self, Identity, RawRequest, Rejection, VerifyContext};
 use crate::signature::Secrets;
-use crate::stats::{Counter, Series};
+use crate::stats::{Counter, Due, Series};
 use crate::{log, sources, stats};
 
 /// Why a delivery was not taken. Nothing was recorded in any of these cases
@@ -259,8 +259,10 @@ fn count(env: &Env, ctx: &Context, source: &str, outcome: &str, refusal: Option<
         stats::count_trend(now, source, series);
     }
     let interval = config::stats_flush_ms(env);
-    if let Some(counts) = stats::take_due(now as u64, interval) {
-        ctx.wait_until(stats::flush(env.clone(), counts, now));
+    match stats::take_due(now as u64, interval) {
+        Due::Now(counts) => ctx.wait_until(stats::flush(env.clone(), counts, now)),
+        Due::Later(sleeper) => ctx.wait_until(stats::flush_later(env.clone(), sleeper, interval)),
+        Due::Nothing => {}
     }
 }
 

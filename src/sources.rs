@@ -17,6 +17,7 @@ use serde::Deserialize;
 use worker::Env;
 
 use crate::config::{self, without_values, ConfigError};
+use crate::event;
 
 /// One source's settings. Fields past `tolerance_secs` describe a sender
 /// configured without code (how it signs, where its id is), and only the
@@ -75,6 +76,11 @@ pub fn lookup(env: &Env, name: &str) -> Result<Option<SourceConfig>, ConfigError
 }
 
 fn parse(name: &str, json: &str) -> Result<SourceConfig, ConfigError> {
+    if !event::is_source_name(name) {
+        return Err(ConfigError(format!(
+            "SOURCES.{name}: a source's name cannot contain ':' (it ends the source in an event's key)"
+        )));
+    }
     let config: SourceConfig = serde_json::from_str(json).map_err(|e| {
         ConfigError(format!(
             "SOURCES.{name}: {}",
@@ -107,6 +113,13 @@ mod tests {
         assert_eq!(config.secret_var("billing-eu"), "BILLING_EU_WEBHOOK_SECRET");
         let named = parse("x", r#"{"provider":"example","secret":"MY_SECRET"}"#).unwrap();
         assert_eq!(named.secret_var("x"), "MY_SECRET");
+    }
+
+    #[test]
+    fn a_name_that_could_blur_an_event_key_is_refused() {
+        let error = parse("acme:a", r#"{"provider":"example"}"#).unwrap_err();
+        assert!(error.0.starts_with("SOURCES.acme:a: "), "{}", error.0);
+        assert!(parse("acme-eu_2", r#"{"provider":"example"}"#).is_ok());
     }
 
     #[test]

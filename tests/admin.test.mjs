@@ -117,6 +117,26 @@ describe("admin views and actions", () => {
     assert.ok(Math.abs(copy.signed_at - Date.now() / 1000) < 30, "the copy's own signed time");
   });
 
+  // needs: stripe
+  test("one inbox per (source, id): an id holding ':' is reached under its own name only", async () => {
+    const [head, tail] = [uniqueId("evt"), "tail"];
+    const id = `${head}:${tail}`;
+    const body = JSON.stringify({ id, object: "event", type: "invoice.created", created: Math.floor(Date.now() / 1000), data: { object: {} } });
+    const sent = await w.post("/webhooks/stripe", body, stripeHeaders(body, SOURCE_SECRETS.STRIPE_WEBHOOK_SECRET)).then((r) => r.json());
+    assert.equal(sent.key, `stripe:${id}`);
+    assert.equal((await adminJson(`events/stripe/${encodeURIComponent(id)}`)).inbox.state, "done", "its own spelling");
+    // The same key spelled as source `stripe:<head>` and id `tail`: no such source, no inbox.
+    const other = `events/${encodeURIComponent(`stripe:${head}`)}/${tail}`;
+    const detail = await admin(other);
+    const inbox = detail.status === 200 ? (await detail.json()).inbox : (await detail.arrayBuffer(), null);
+    assert.equal(inbox ?? null, null, "the other spelling reaches no inbox");
+    for (const action of ["replay", "dismiss"]) {
+      const res = await admin(`${other}/${action}`, { method: "POST" });
+      assert.equal(res.status, 404, action);
+      await res.arrayBuffer();
+    }
+  });
+
   test("replaying a done event is a no-op, and says so", async () => {
     const event = eventOf(FIRST);
     await send(event, WITH_SIDE_EFFECT);

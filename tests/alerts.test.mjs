@@ -125,6 +125,28 @@ describe("alerts with ALERT_URL set", () => {
     assert.ok((await w.scalar("SELECT sum(value) FROM delivery_trend WHERE source = '(unknown)' AND outcome = 'refused'")) >= 8);
   });
 
+  test("a burst, then silence: its counters and its refusal alert land within the flush interval", async () => {
+    const FLUSH_MS = 3_000;
+    const quiet = await startWorker({ ...SETTINGS, STATS_FLUSH_MS: String(FLUSH_MS) });
+    try {
+      const counter = (name) => quiet.scalar("SELECT coalesce(sum(value), 0) FROM source_counters WHERE source = ? AND counter = ?", FIRST, name);
+      // The first delivery flushes at once (nothing flushed yet); the rest
+      // of the burst arrives within the interval, and nothing follows it.
+      const events = Array.from({ length: 20 }, () => eventOf(FIRST));
+      for (const event of events) assert.equal((await send(quiet, FIRST, event)).status, 200);
+      const forged = await Promise.all(Array.from({ length: 8 }, () => send(quiet, FIRST, forgedOf(FIRST))));
+      assert.deepEqual([...new Set(forged.map((r) => r.status))], [401]);
+      const silence = Date.now();
+      await eventually(async () => (await counter("received")) === 28, FLUSH_MS + 3_000, "every delivery counted");
+      assert.equal(await counter("rejected:bad_signature"), 8);
+      assert.equal(await counter("processed"), 20);
+      await eventually(async () => (await alertRowsOf(quiet, FIRST, "deliveries refused")).length > 0, 2_000, "the refusal alert");
+      assert.ok(Date.now() - silence < FLUSH_MS + 5_000, `${Date.now() - silence} ms after the burst`);
+    } finally {
+      await quiet.dispose();
+    }
+  });
+
   test("a misconfigured alert setting refuses deliveries, naming it (ALERT_URL never quoted)", async () => {
     for (const [name, value, why] of [
       ["ALERT_INTERVAL", "often", /ALERT_INTERVAL must be a duration/],

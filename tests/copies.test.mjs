@@ -1,18 +1,20 @@
 // What `cargo generate` leaves for each provider chosen alone, with and
 // without the demos (and two mixes, with the dashboard): no unchosen provider's or
 // demo's name in src/, tests/, cli/, wrangler.toml, migrations/ or the
-// README, no `needs:` marker, and a clean migration history. The copies are
+// README, no `needs:` marker, no doc naming a file or `make` target the copy
+// lacks, and a clean migration history. The copies are
 // made as hook.rhai makes them, without cargo-generate; `make
 // template-check` builds and tests three of them whole.
 // needs: template
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 
 import { leftNames } from "../scripts/template/names.mjs";
+import { danglingRefs, recipeMade } from "../scripts/template/refs.mjs";
 import { SOURCES } from "../scripts/template/sources.mjs";
 
 const FILES = execFileSync("git", ["ls-files", "-z", "--cached", "--others", "--exclude-standard"], { encoding: "utf8" })
@@ -36,7 +38,7 @@ function generate(providers, demos, dashboard) {
   return dir;
 }
 
-const NEEDS = /^\s*(\/\/|#|--) needs( one of)?: /m;
+const NEEDS = /^\s*(\/\/|#|--|<!--) needs( one of)?: /m;
 const markersLeft = (dir, path) =>
   readdirSync(join(dir, path), { recursive: true, withFileTypes: true })
     .filter((entry) => entry.isFile() && NEEDS.test(readFileSync(join(entry.parentPath, entry.name), "utf8")))
@@ -53,7 +55,10 @@ for (const [providers, demos, dashboard] of COMBINATIONS) {
     const dir = generate(providers, demos, dashboard);
     try {
       assert.deepEqual(leftNames(dir, providers.split(","), demos).map(([, where]) => where), []);
-      assert.deepEqual(["src", "tests", "cli", "scripts", "migrations"].flatMap((path) => markersLeft(dir, path)), []);
+      assert.deepEqual(["src", "tests", "cli", "scripts", "migrations", "docs"].flatMap((path) => markersLeft(dir, path)), []);
+      assert.deepEqual(danglingRefs(dir, recipeMade), [], "its docs name only what it has");
+      // Its Cargo.lock is what its first build would leave.
+      execFileSync("cargo", ["metadata", "--format-version", "1", "--locked", "--offline"], { cwd: dir, stdio: "pipe" });
       const migrations = readdirSync(join(dir, "migrations")).sort();
       assert.equal(migrations[0], "0001_init.sql");
       assert.deepEqual(migrations.map((file) => file.slice(0, 4)), migrations.map((_, i) => String(i + 1).padStart(4, "0")));
@@ -65,3 +70,39 @@ for (const [providers, demos, dashboard] of COMBINATIONS) {
     }
   });
 }
+
+test("the template's own docs name only files and make targets it has", () => {
+  assert.deepEqual(danglingRefs(process.cwd(), recipeMade), []);
+});
+
+test("docs/recipes.md is the recipes the copies are given", () => {
+  execFileSync("node", ["scripts/template/recipes-doc.mjs"], { stdio: "pipe" });
+});
+
+test("the docs check finds a file, a make target or a heading a copy lacks", () => {
+  const dir = mkdtempSync(join(tmpdir(), "refs-"));
+  try {
+    mkdirSync(join(dir, "docs"));
+    const doc = [
+      "# Here",
+      "See `src/effects/stars.rs`, `bench/`, `make soak`, [there](other.md), [here](#nowhere), [ok](#here).",
+      "```sh",
+      "node soak/run.mjs && make profile",
+      "```",
+    ].join("\n");
+    writeFileSync(join(dir, "docs/a.md"), doc);
+    writeFileSync(join(dir, "Makefile"), "test:\n\techo\n");
+    const left = danglingRefs(dir, recipeMade).map((where) => where.replace(/^docs\/a\.md:\d+: /, ""));
+    assert.deepEqual(left, [
+      "links to other.md",
+      "links to #nowhere: no such heading",
+      "names make soak",
+      "names src/effects/stars.rs",
+      "names bench/",
+      "names make profile",
+      "names soak/run.mjs",
+    ]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -291,6 +291,39 @@ describe("a destination whose configuration changes after its events were accept
   });
 });
 
+describe("deliveries held for a destination that was removed", () => {
+  test("an operator discards them: dead, saying why, and never sent", async () => {
+    const TOKEN = "discard-admin-token-0123456789abcdef";
+    const w = await forwarding({ gone: destination("gone") }, { OUTBOX_RELAY_GRACE_MS: "0", ADMIN_TOKEN: TOKEN });
+    try {
+      w.target.answer = () => 503;
+      const event = eventOf(FIRST);
+      await send(w, FIRST, event);
+      const row = () => w.db.prepare("SELECT status, attempts, last_error FROM forwards WHERE destination = 'gone'").first();
+      await eventually(async () => (await row())?.status === "pending" && (await row()).attempts === 1, 10_000, "the first attempt");
+      const api = async (path) => {
+        const res = await w.mf.dispatchFetch(`http://localhost/admin/api/${path}`, { method: "POST", headers: { authorization: `Bearer ${TOKEN}` } });
+        return { status: res.status, body: await res.json().catch(() => null) };
+      };
+      // Declared: not discarded (pause it instead).
+      assert.deepEqual((await api("destinations/gone/discard")).body, { changed: false });
+      assert.equal((await row()).status, "pending");
+      await w.reconfigure({ DESTINATIONS: {}, SOURCES: { [FIRST]: FIRST_SETTINGS } });
+      const calls = w.target.to(url("gone")).length;
+      assert.deepEqual((await api("destinations/gone/discard")).body, { changed: true });
+      assert.deepEqual(await row(), { status: "dead", attempts: 1, last_error: "discarded by an operator: the destination is no longer declared" });
+      assert.deepEqual((await api("destinations/gone/discard")).body, { changed: false }, "nothing left to discard");
+      w.target.answer = () => 200;
+      await (await w.mf.getWorker("webhooks")).scheduled({ cron: "* * * * *" });
+      await pause(1_500);
+      assert.equal(w.target.to(url("gone")).length, calls, "never sent");
+      assert.ok(w.logged("forward_discarded").some((l) => l.detail === "gone"));
+    } finally {
+      await w.dispose();
+    }
+  });
+});
+
 describe("a misconfigured destination", () => {
   for (const [what, destinations, vars, names] of [
     ["one that does not exist", {}, {}, `SOURCES.${FIRST}.forward names backend,`],

@@ -51,7 +51,8 @@ test("an unset target, or a payload naming no variable, is dead with a fixed phr
   const calls = called();
   const unset = await perform({ target: "NO_SUCH_URL", body: {} });
   assert.equal(unset.status, "dead");
-  assert.match(unset.last_error, /the call's target variable is not set/);
+  assert.equal(unset.last_error, 'NO_SUCH_URL is not set (set it, or SIDE_EFFECTS = "log" to skip)', "names the variable");
+  assert.ok(w.logged("outbox_dead").some((l) => l.idempotency_key === unset.idempotency_key && l.detail.startsWith("NO_SUCH_URL is not set")), "and so does the log line");
   // Not a name, not a URL variable, one of the worker's own targets.
   for (const target of ["http://evil.test/", "crm_url", "", "ADMIN_TOKEN", "ALERT_URL"]) {
     const row = await perform({ target, body: {} });

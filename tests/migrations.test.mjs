@@ -117,7 +117,8 @@ describe(`${REBUILD} on a database in use`, () => {
       outbox: await rows(db, "SELECT * FROM outbox ORDER BY idempotency_key"),
     };
 
-    for (const file of MIGRATIONS.filter((m) => m >= REBUILD)) await apply(db, file);
+    // This file alone: a later one may add a column or an index of its own.
+    await apply(db, REBUILD);
 
     assert.deepEqual(await rows(db, "SELECT * FROM processed_events ORDER BY source, event_id"), before.ledger);
     assert.deepEqual(await rows(db, "SELECT * FROM orders ORDER BY checkout_session_id"), before.orders);
@@ -237,7 +238,9 @@ for (const file of REBUILDS) {
         await rows(db, "UPDATE outbox SET status = 'sent', attempts = attempts + 1 WHERE idempotency_key = ?", key);
         const [updated] = await rows(db, "SELECT * FROM outbox WHERE idempotency_key = ?", key);
         await finish(db);
-        assert.deepEqual((await rows(db, "SELECT * FROM outbox WHERE idempotency_key = ?", key))[0], updated);
+        // Its columns as updated (a later migration may add one).
+        const [after] = await rows(db, "SELECT * FROM outbox WHERE idempotency_key = ?", key);
+        assert.deepEqual(Object.fromEntries(Object.keys(updated).map((column) => [column, after[column]])), updated);
       });
     }
 
@@ -277,7 +280,7 @@ describe("the clean history a generated copy starts from", () => {
     const history = fresh();
     for (const file of MIGRATIONS) await apply(history, file);
     const want = await shape(history);
-    assert.equal(Object.keys(want).length, 17, JSON.stringify(Object.keys(want)));
+    assert.equal(Object.keys(want).length, 18, JSON.stringify(Object.keys(want)));
     assert.deepEqual(await shape(await clean(() => true)), want);
     assert.deepEqual(await shape(await clean((file) => !file.includes("demos")), DEMO_TABLES), await shape(history, DEMO_TABLES));
   });

@@ -90,6 +90,41 @@ describe("a failed listing heals when the event ends done (continued)", () => {
   });
 });
 
+describe("an operator's dismissal whose reply was lost", () => {
+  test("a copy arriving before the alarm settles it leaves the event dismissed, not done", async () => {
+    // The alarm left by the undone dismissal is 30 s away: only the copy
+    // can settle the event within the test.
+    const w = await startWorker({ ...SOURCE_SECRETS, ADMIN_TOKEN: TOKEN, EFFECT_MAX_ATTEMPTS: "1", EFFECT_RETRY_BASE_MS: "30000" });
+    try {
+      const event = eventOf(FIRST);
+      const { id } = event;
+      const key = `${FIRST}:${id}`;
+      const send = (headers = {}) => w.post(`/webhooks/${FIRST}`, event.body, { ...event.headers, ...headers });
+      const until = Date.now() + 1_000;
+      const first = await reply(await send({ "x-test-fault": `dismiss-reply-lost:${until}` }));
+      assert.equal(first.body.outcome, "failed");
+      const dismissal = await w.mf.dispatchFetch(`http://localhost/admin/api/events/${FIRST}/${encodeURIComponent(id)}/dismiss`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}` },
+      });
+      assert.equal(dismissal.status, 500, "the operator is told to try again");
+      await dismissal.arrayBuffer();
+      assert.equal((await w.inboxState(key)).state, "failed", "undone, for lack of an answer");
+      assert.ok((await w.scalar("SELECT dismissed_at FROM failed_events WHERE event_id = ?", id)) > 0, "yet D1 committed it");
+      await sleep(Math.max(0, until - Date.now()) + 100);
+      const copy = await reply(await send());
+      assert.deepEqual(copy, { status: 200, body: { outcome: "duplicate", key } });
+      const held = await w.inboxState(key);
+      assert.equal(held.state, "dismissed");
+      assert.ok(held.next_wake_up_at > Date.now(), "its alarm is set");
+      assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1, "the dismissal's row alone");
+      assert.ok(w.logged("event_dismissed").some((l) => l.key === key));
+    } finally {
+      await w.dispose();
+    }
+  });
+});
+
 describe("while an event's row exists, its inbox has an alarm", () => {
   test("arming the alarm fails after the claim: the first attempt goes ahead", async () => {
     const w = await startWorker({ ...SOURCE_SECRETS, EFFECT_RETRY_BASE_MS: "100" });
@@ -152,6 +187,64 @@ describe("the admin token", () => {
         const event = eventOf(FIRST);
         const res = await reply(await w.post(`/webhooks/${FIRST}`, event.body, event.headers));
         assert.equal(res.body.outcome, "processed");
+      } finally {
+        await w.dispose();
+      }
+    });
+  }
+});
+
+describe("a D1 without its tables", () => {
+  test("the event is held, and the log says once which command fixes it", async () => {
+    const w = await startWorker({ ...SOURCE_SECRETS, EFFECT_RETRY_BASE_MS: "60000" });
+    try {
+      // As plain `wrangler dev` before `wrangler d1 migrations apply`.
+      await w.db.prepare("DROP TABLE processed_events").run();
+      for (let i = 0; i < 3; i++) {
+        const event = eventOf(FIRST);
+        const res = await reply(await w.post(`/webhooks/${FIRST}`, event.body, event.headers));
+        assert.deepEqual(res, { status: 200, body: { outcome: "accepted", key: `${FIRST}:${event.id}` } });
+        assert.equal((await w.inboxState(`${FIRST}:${event.id}`)).state, "received", "held for its alarm");
+      }
+      const told = w.logged("d1_tables_missing");
+      assert.equal(told.length, 1, "once");
+      assert.match(told[0].detail, /npx wrangler d1 migrations apply DB --local/);
+    } finally {
+      await w.dispose();
+    }
+  });
+});
+
+describe("an admin guard that does not answer", () => {
+  for (const fault of ["guard-fails", "guard-hangs"]) {
+    test(`${fault}: 503 with Retry-After, and nothing gets through`, async () => {
+      const w = await startWorker({ ...SOURCE_SECRETS, ADMIN_TOKEN: TOKEN, EFFECT_MAX_ATTEMPTS: "1" });
+      try {
+        const event = eventOf(FIRST);
+        const key = `${FIRST}:${event.id}`;
+        const sent = await reply(await w.post(`/webhooks/${FIRST}`, event.body, { ...event.headers, "x-test-fault": "effect-always-fails" }));
+        assert.equal(sent.body.outcome, "failed");
+        const admin = (path, method = "GET") =>
+          w.mf.dispatchFetch(`http://localhost/admin/api/${path}`, {
+            method,
+            headers: { authorization: `Bearer ${TOKEN}`, "x-test-fault": fault },
+          });
+        for (const [path, method] of [["stats", "GET"], [`events/${FIRST}/${encodeURIComponent(event.id)}/dismiss`, "POST"]]) {
+          const started = Date.now();
+          const res = await admin(path, method);
+          const took = Date.now() - started;
+          const text = await res.text();
+          assert.equal(res.status, 503, `${path}: ${text}`);
+          assert.equal(res.headers.get("retry-after"), "5");
+          assert.ok(!text.includes("counters") && !text.includes("dismissed"), text);
+          assert.ok(took < 10_000, `answered in ${took} ms`);
+        }
+        assert.equal((await w.inboxState(key)).state, "failed", "not dismissed");
+        assert.ok(w.logged("admin_guard_failed").length >= 2);
+        // Without the fault, the same token is let in.
+        const ok = await w.mf.dispatchFetch("http://localhost/admin/api/stats", { headers: { authorization: `Bearer ${TOKEN}` } });
+        assert.equal(ok.status, 200);
+        await ok.arrayBuffer();
       } finally {
         await w.dispose();
       }

@@ -94,6 +94,7 @@ describe("the outbox", () => {
       "the dead-letter queue",
     );
     assert.ok(dead);
+    await eventually(async () => (await rowOf(id)).dead_lettered_at > 0, 5_000, "the copy recorded as sent");
 
     // The requeue docs/side-effects.md describes, once the target is back: due again, the relay sends it.
     w.target.answer = () => 200;
@@ -105,6 +106,29 @@ describe("the outbox", () => {
     const requeued = await settled(id, "sent", "the requeued row to be sent");
     assert.equal(requeued.attempts, 1);
     assert.equal(emailsTo(email).length, 4);
+  });
+
+  test("a dead row whose dead-letter send fails: the relay sends its copy, once", async () => {
+    const id = uniqueId("evt");
+    const email = `${uniqueId("dlq")}@example.com`;
+    w.target.answer = (call) => (call.url.startsWith("http://email.test/") && JSON.parse(call.body).to[0] === email ? 503 : 200);
+    await sendStripe(checkoutCompleted({ id, email }), { "x-test-fault": "fail-dead-letter" });
+    const row = await settled(id, "dead");
+    await eventually(() => w.logged("outbox_dead_letter_failed").some((l) => l.idempotency_key === row.idempotency_key), 5_000, "the failed send");
+    const copies = () => w.target.to("http://dlq.test/").filter((c) => JSON.parse(c.body).key === row.idempotency_key).length;
+    await sleep(2_000); // longer than a queue batch: nothing reached the dead-letter queue
+    assert.equal(copies(), 0);
+    assert.equal((await rowOf(id)).dead_lettered_at, null);
+
+    const worker = await w.mf.getWorker("webhooks");
+    await worker.scheduled({ cron: "* * * * *" });
+    await eventually(() => copies() === 1, 10_000, "the relay's copy");
+    assert.ok((await rowOf(id)).dead_lettered_at > 0, "recorded as sent");
+    // Recorded: the next runs send nothing again.
+    await worker.scheduled({ cron: "* * * * *" });
+    await worker.scheduled({ cron: "* * * * *" });
+    await sleep(2_000);
+    assert.equal(copies(), 1);
   });
 
   test("a queue send that fails after the commit: the cron relay sends it later, once", async () => {

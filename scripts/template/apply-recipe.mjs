@@ -23,7 +23,7 @@ export function nextMigration(name) {
   return `migrations/${number}_${name}.sql`;
 }
 
-for (const step of [...recipe.steps, ...(recipe.check ? [recipe.check] : [])]) {
+for (const step of recipe.steps) {
   if (step.write) {
     if (existsSync(step.write)) fail(`${step.write} exists already`);
     writeFileSync(step.write, step.text);

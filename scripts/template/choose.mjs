@@ -10,10 +10,11 @@
 // - `dashboard=false`: the dashboard's modules, feature and tests go.
 //
 // All three at their defaults leave the copy as the template is.
+import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 
-import { cutItems, fileNeedsMissing, pruneCfg, pruneNeeds } from "./prune.mjs";
+import { cutItems, fileNeedsMissing, pruneCfg, pruneDocNeeds, pruneNeeds } from "./prune.mjs";
 import { copyReadme } from "./readme.mjs";
 import { secretVar } from "../secret-var.mjs";
 import { SOURCES } from "./sources.mjs";
@@ -71,6 +72,15 @@ for (const dir of ["src", "cli", "tests", "fuzz", "scripts", "migrations"]) {
     if (pruned !== text) write(file, pruned);
   }
 }
+// The docs lose the blocks (`<!-- needs: … -->`) about what went, and the
+// dashboard's screenshots go with it.
+if (!dashboard) for (const file of files("docs").filter((file) => /\/dashboard[^/]*\.png$/.test(file))) rmSync(file);
+for (const file of files("docs").filter((file) => file.endsWith(".md"))) {
+  const text = read(file);
+  const pruned = pruneDocNeeds(text, missing);
+  if (pruned === null) rmSync(file);
+  else if (pruned !== text) write(file, pruned);
+}
 for (const dir of ["tests/property_fuzz", "fuzz"]) {
   if (existsSync(dir) && !readdirSync(dir).some((f) => /\.(rs|mjs)$/.test(f))) rmSync(dir, { recursive: true });
 }
@@ -125,6 +135,15 @@ for (const [, dep] of cargo.matchAll(/^([a-z0-9-]+) = \{[^}\n]*optional = true[^
   if (!cargo.includes(`"dep:${dep}"`)) cargo = cargo.replace(new RegExp(`(^#[^\\n]*\\n)*^${dep} = [^\\n]*\\n`, "m"), "");
 }
 write("Cargo.toml", cargo);
+// Cargo.lock without what the copy no longer depends on, as its first build
+// would leave it: `--workspace` only drops packages, and changes no locked
+// version. Offline, from what cargo has fetched; should that fail, the first
+// build does it.
+try {
+  execFileSync("cargo", ["update", "--workspace", "--offline", "--quiet"], { stdio: "pipe" });
+} catch (e) {
+  console.error(`choose: Cargo.lock is left for the first build to prune (${String(e.stderr ?? e.message).trim()})`);
+}
 
 // 4. The sources and their secrets: one per chosen provider.
 if (!everything) {

@@ -218,3 +218,71 @@ function pastComments(lines, i) {
   }
   return i;
 }
+
+/** A Markdown `<!-- needs: a, b -->` line's test, as `needsOf`'s; `null` on any other line. */
+function docNeedsOf(line) {
+  const match = line.trimEnd().match(/^\s*<!-- needs( one of)?: (.*) -->$/);
+  return match ? needsOf(`// needs${match[1] ?? ""}: ${match[2]}`) : null;
+}
+
+/**
+ * The last line of the Markdown block that starts at `start`: a heading's
+ * whole section (to the next heading of its level or higher), a list item
+ * with its deeper lines, a fenced block, or a paragraph.
+ */
+function blockEnd(lines, start) {
+  const first = lines[start];
+  const heading = first.match(/^(#{1,6}) /);
+  let end = start;
+  if (heading) {
+    // A `#` line inside a fenced block is a shell comment, not a heading.
+    let fenced = false;
+    const level = (line) => (fenced ? 7 : (line.match(/^(#{1,6}) /)?.[1].length ?? 7));
+    while (end + 1 < lines.length && level(lines[end + 1]) > heading[1].length) {
+      if (lines[++end].trimStart().startsWith("```")) fenced = !fenced;
+    }
+    while (end > start && !lines[end].trim()) end--;
+    return end;
+  }
+  if (first.trimStart().startsWith("```")) {
+    while (end + 1 < lines.length && !lines[++end].trimStart().startsWith("```"));
+    return end;
+  }
+  const item = /^\s*([-*]|\d+\.) /.test(first);
+  while (end + 1 < lines.length && lines[end + 1].trim()) {
+    if (item && indent(lines[end + 1]) <= indent(first)) break;
+    end++;
+  }
+  // A paragraph that introduces a list or a fenced block (it ends with
+  // `:`) takes it.
+  const next = lines[end + 2] ?? "";
+  if (!item && lines[end].trimEnd().endsWith(":") && !lines[end + 1]?.trim()) {
+    if (next.trimStart().startsWith("```")) return blockEnd(lines, end + 2);
+    if (/^\s*([-*]|\d+\.) /.test(next)) {
+      end += 2;
+      while (end + 1 < lines.length && lines[end + 1].trim()) end++;
+    }
+  }
+  return end;
+}
+
+/**
+ * Markdown: cuts each block marked by a `<!-- needs: … -->` line whose
+ * needs include something left out; drops the markers of those that stay.
+ * `null` when the marker opens the file and says it goes whole.
+ */
+export function pruneDocNeeds(text, missing) {
+  const lines = text.split("\n");
+  const opening = docNeedsOf(lines[0]);
+  if (opening?.(missing)) return null;
+  if (opening) lines.splice(0, lines[1]?.trim() ? 1 : 2);
+  for (let i = 0; i < lines.length; i++) {
+    const needs = docNeedsOf(lines[i]);
+    if (!needs) continue;
+    if (!lines[i + 1]?.trim()) throw new Error(`a needs: line not right above its block: ${lines[i]}`);
+    if (needs(missing)) cut(lines, i, blockEnd(lines, i + 1));
+    else lines.splice(i, 1);
+    i--;
+  }
+  return lines.join("\n");
+}

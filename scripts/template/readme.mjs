@@ -2,35 +2,65 @@
 // the three commands) and the "Make it yours" recipes that apply to it, in
 // short, with their steps and code in the copy's docs/recipes.md — written
 // from the same steps `make template-check` applies and tests.
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 
 import { secretVar } from "../secret-var.mjs";
 import { RECIPES } from "./recipes.mjs";
 
-/** One step of a recipe, as the README tells it. */
-function stepText(step) {
+/** The language of a step's code block, by the file it goes in. */
+function language(step) {
+  const file = step.write ?? step.insert ?? "";
+  if (file.endsWith(".rs")) return "rust";
+  if (file.endsWith(".mjs")) return "js";
+  return file === "Cargo.toml" ? "toml" : "sql";
+}
+
+/** One step of a recipe, as the README tells it; `number` names its migration's file. */
+function stepText(step, number) {
   if (!step.say) return "";
   const code = step.write || step.migration || step.insert ? step.text : null;
-  const lang = step.write?.endsWith(".rs") || step.insert?.endsWith(".rs") ? "rust" : step.insert === "Cargo.toml" ? "toml" : "sql";
-  return `- ${step.say}\n${code ? `\n\`\`\`${lang}\n${code.trimEnd()}\n\`\`\`\n` : ""}`;
+  return `- ${step.say.replaceAll("NNNN", number(step))}\n${code ? `\n\`\`\`${language(step)}\n${code.trimEnd()}\n\`\`\`\n` : ""}`;
+}
+
+/**
+ * The migration numbers of the recipes a copy shows, as applied in order
+ * after its last migration (`make template-check` applies them so): each
+ * migration step's number. `null`: the template's own page, which keeps
+ * `NNNN`.
+ */
+function migrationNumbers(recipes, start) {
+  const numbers = new Map();
+  let next = start;
+  for (const step of recipes.flatMap((r) => r.steps).filter((s) => s.migration)) {
+    numbers.set(step, next === null ? "NNNN" : String(next++).padStart(4, "0"));
+  }
+  return (step) => numbers.get(step) ?? "NNNN";
+}
+
+/** The number the next migration in this checkout takes: one after the last. */
+function nextMigrationNumber() {
+  const last = readdirSync("migrations").filter((f) => /^\d{4}_/.test(f)).sort().at(-1) ?? "0000";
+  return Number(last.slice(0, 4)) + 1;
 }
 
 /** The recipes that apply to a copy, as Markdown sections under `level`. */
-export function recipesText(copy, level = "###") {
-  return RECIPES.filter((r) => r.applies(copy))
-    .map((r) => `${level} ${r.title}\n\n${r.intro}\n\n${r.steps.map(stepText).join("\n")}${r.outro ? `\n${r.outro}\n` : ""}`)
+function recipesText(copy, level, start) {
+  const recipes = RECIPES.filter((r) => r.applies(copy));
+  const number = migrationNumbers(recipes, start);
+  return recipes
+    .map((r) => `${level} ${r.title}\n\n${r.intro}\n\n${r.steps.map((s) => stepText(s, number)).join("\n")}${r.outro ? `\n${r.outro}\n` : ""}`)
     .join("\n");
 }
 
 /** The files a recipe touches, for the README's short form. */
-function filesOf(recipe) {
-  const files = recipe.steps.map((s) => s.write ?? s.insert ?? s.replace ?? s.cut ?? s.delete ?? `migrations/NNNN_${s.migration}.sql`);
+function filesOf(recipe, number) {
+  const files = recipe.steps.map((s) => s.write ?? s.insert ?? s.replace ?? s.cut ?? s.delete ?? `migrations/${number(s)}_${s.migration}.sql`);
   return [...new Set(files)].map((f) => `\`${f}\``).join(", ");
 }
 
-/** The recipes' page: a copy's, or the template's with all of them. */
-export function recipesPage(copy, intro) {
-  return `# Make it yours: recipes\n\n${intro}\n\n${recipesText(copy, "##")}`;
+/** The recipes' page: a copy's (numbered from its migrations), or the template's with all of them (`NNNN`). */
+export function recipesPage(copy, intro, { template = false } = {}) {
+  return `# Make it yours: recipes\n\n${intro}\n\n${recipesText(copy, "##", template ? null : nextMigrationNumber())}`;
 }
 
 /** The sources the copy's wrangler.toml declares: [name, provider]. */
@@ -41,7 +71,9 @@ function declaredSources() {
 
 export function copyReadme({ name, providers, demos, dashboard }) {
   const copy = { providers, demos, dashboard };
-  const recipes = RECIPES.filter((r) => r.applies(copy)).map((r) => `- ${r.title}:\n  ${filesOf(r)}.`);
+  const applies = RECIPES.filter((r) => r.applies(copy));
+  const number = migrationNumbers(applies, nextMigrationNumber());
+  const recipes = applies.map((r) => `- ${r.title}:\n  ${filesOf(r, number)}.`);
   writeFileSync(
     "docs/recipes.md",
     recipesPage(copy, "The recipes of this copy's README, step by step, with their code. Each was applied to a\ncopy like this one and its tests run before the template was released."),
@@ -74,6 +106,8 @@ make test   # every check, end to end in the local runtime
 \`\`\`
 
 Both install what they need first. No Cloudflare account is needed.
+The build's warning that the \`target_features\` section is missing is
+harmless: \`strip = true\` drops it with the function names (56 KB gzipped).
 ${dashboard ? "\nThe dashboard is at <http://localhost:8787/admin> (token: `ADMIN_TOKEN` in\n`.dev.vars`).\n" : ""}
 ## Deploy
 

@@ -10,7 +10,8 @@ import { SOURCES } from "./sources.mjs";
 const PAGE = "docs/recipes.md";
 const text = recipesPage(
   { providers: Object.keys(SOURCES), demos: true, dashboard: true },
-  "Each generated copy's README lists the recipes that apply to it; these are\nall three. `make template-check` applies each to generated copies, as\nwritten here, and runs their tests.",
+  "Each generated copy's README lists the recipes that apply to it; these are\nall three. `make template-check` applies each to generated copies, as\nwritten here, and runs their tests. A copy's page numbers each new migration.",
+  { template: true },
 );
 
 if (process.argv[2] === "--write") {

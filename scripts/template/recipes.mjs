@@ -63,7 +63,10 @@ CREATE TABLE invoices (
 
 // The recipe's own proof, added to the copy by make template-check (not a
 // step: the README's reader tests by hand, or writes a test like it).
-const INVOICES_TEST = `// invoice.paid (recipe a): 20 concurrent copies, one row, one email.
+const INVOICES_TEST = `// invoice.paid: 20 concurrent copies, one row, one email. tests/support/
+// has the worker (startWorker: the built wasm in the local runtime, with
+// real D1, Durable Objects and Queues, and a fake target for every call)
+// and the signers (stripeHeaders).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 
@@ -161,7 +164,7 @@ export const RECIPES = [
     id: "a",
     title: "An effect: Stripe's `invoice.paid` upserts an invoice and sends one email",
     intro:
-      "Three files: the effect, its line in the table, its table.\n" +
+      "Four files: the effect, its line in the table, its table, its test.\n" +
       "It runs in the same transaction as the event's ledger row, so it happens once.\n" +
       "The email is written as intent in that transaction, and sent once through the outbox.",
     applies: (copy) => copy.providers.includes("stripe"),
@@ -169,12 +172,12 @@ export const RECIPES = [
       { write: "src/effects/invoices.rs", text: INVOICES_RS, say: "The effect, in a new file `src/effects/invoices.rs`:" },
       { insert: "src/effects/mod.rs", after: /^use serde::de::DeserializeOwned;$/m, before: true, text: "mod invoices;\n\n", say: "Its `mod` line in `src/effects/mod.rs`, above the `use` lines:" },
       { insert: "src/effects/mod.rs", after: /^ {4}\/\/ \(provider, event type, planner\): one line per effect\.$/m, text: '    ("stripe", "invoice.paid", invoices::paid),\n', say: "Its line in `EFFECTS`, in the same file:" },
-      { migration: "invoices", text: INVOICES_SQL, say: "Its table, in a new migration `migrations/NNNN_invoices.sql` (`make dev` and `make deploy` apply it):" },
+      { migration: "invoices", text: INVOICES_SQL, say: "Its table, in a new migration `migrations/NNNN_invoices.sql`, numbered after the last one (`npx wrangler d1 migrations create DB invoices` makes it; `make dev` and `make deploy` apply it):" },
+      { write: "tests/invoices.test.mjs", text: INVOICES_TEST, say: "Its test, in a new file `tests/invoices.test.mjs` (`make test` runs it):" },
     ],
     outro:
       "The email goes to `EMAIL_API_URL` (Resend's API shape) with the secret `EMAIL_API_KEY`,\n" +
       "from `EMAIL_FROM`. Locally, with neither set, it is logged as skipped (`SIDE_EFFECTS=log`).",
-    check: { write: "tests/invoices.test.mjs", text: INVOICES_TEST },
   },
   {
     id: "b",
@@ -205,7 +208,7 @@ export const RECIPES = [
       { delete: "src/effects/subscriptions.rs", say: "Delete `src/effects/subscriptions.rs` and `tests/subscriptions.test.mjs`." },
       { delete: "tests/subscriptions.test.mjs" },
       { cut: "src/effects/mod.rs", pattern: /^mod subscriptions;\n|^ {4}\("stripe", "customer\.subscription\.[a-z]+", subscriptions::set_state\),\n/gm, say: "In `src/effects/mod.rs`, delete `mod subscriptions;` and the two lines of `EFFECTS` that name `subscriptions::set_state`." },
-      { migration: "drop_subscriptions", text: "-- The subscriptions demo is gone.\nDROP TABLE IF EXISTS subscriptions;\n", say: "Drop its table in a new migration `migrations/NNNN_drop_subscriptions.sql`:" },
+      { migration: "drop_subscriptions", text: "-- The subscriptions demo is gone.\nDROP TABLE IF EXISTS subscriptions;\n", say: "Drop its table in a new migration `migrations/NNNN_drop_subscriptions.sql`, numbered after the last one:" },
     ],
   },
 ];

@@ -157,7 +157,7 @@ impl<'a> Action<'a> {
 }
 
 /// What an action did, by the code in the page's `?done=`.
-pub(super) const NOTICES: [(&str, &str); 17] = [
+pub(super) const NOTICES: [(&str, &str); 18] = [
     ("applied", "Replayed: the effect was applied, once."),
     ("no-op", "No-op: the effect had already been applied."),
     (
@@ -203,6 +203,10 @@ pub(super) const NOTICES: [(&str, &str); 17] = [
     (
         "enable",
         "Re-enabled: its waiting deliveries go out, oldest first.",
+    ),
+    (
+        "discard",
+        "Discarded: the deliveries held for it are dead, and will not be sent.",
     ),
     ("unchanged", "Nothing to change."),
 ];

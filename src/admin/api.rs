@@ -13,7 +13,7 @@
 //!   and exact counts from the ledger, `failed_events` and `outbox`
 //! - `GET  /admin/api/destinations`: each destination's state, backlog,
 //!   dead count, success rate, p50/p99 latency and last error
-//! - `POST /admin/api/destinations/{name}/requeue|pause|resume|enable`
+//! - `POST /admin/api/destinations/{name}/requeue|pause|resume|enable|discard`
 //! - `POST /admin/api/deliveries/{id}/redeliver`: again, under the same
 //!   `webhook-id`
 
@@ -79,7 +79,10 @@ pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
         }
         (Method::Post, ["destinations", name, action]) => {
             let Some(action) = DestinationAction::from_name(action) else {
-                return Response::error("the action must be requeue, pause, resume or enable", 404);
+                return Response::error(
+                    "the action must be requeue, pause, resume, enable or discard",
+                    404,
+                );
             };
             #[derive(Serialize)]
             struct Done {

@@ -60,12 +60,17 @@ fn destination_row(d: &DestinationReport, forms: &str) -> Vec<String> {
         let tenths = (rate * 1000.0).round() as i64;
         format!("{}.{}%", tenths / 10, tenths % 10)
     });
-    let ms = |v: Option<i64>| v.map_or("–".into(), |ms| format!("{ms} ms"));
     let button = |action: DestinationAction, label: &str| {
         let path = format!("/admin/destinations/{}/{}", encode(&d.name), action.name());
         action_button(&path, label, forms)
     };
     let mut actions = String::new();
+    if !d.declared {
+        if d.backlog > 0 {
+            actions += &button(DestinationAction::Discard, "Discard held");
+        }
+        return row(d, declared, state, rate, actions);
+    }
     if d.dead > 0 {
         actions += &button(DestinationAction::Requeue, "Requeue dead");
     }
@@ -77,6 +82,18 @@ fn destination_row(d: &DestinationReport, forms: &str) -> Vec<String> {
     if d.state != "closed" {
         actions += &button(DestinationAction::Enable, "Re-enable");
     }
+    row(d, declared, state, rate, actions)
+}
+
+/// A destination's cells, given the first two, its rate and its actions.
+fn row(
+    d: &DestinationReport,
+    declared: String,
+    state: String,
+    rate: String,
+    actions: String,
+) -> Vec<String> {
+    let ms = |v: Option<i64>| v.map_or("–".into(), |ms| format!("{ms} ms"));
     vec![
         declared,
         state,

@@ -315,7 +315,8 @@ pub async fn trend(env: &Env, now_minute: i64) -> Result<Json<TrendRows>> {
 /// its same idempotency key. `false` when there is no dead row by that key.
 pub async fn requeue(env: &Env, key: &str) -> Result<bool> {
     let statement = Statement::new(
-        "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?2, updated_at = ?2 \
+        "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?2, updated_at = ?2, \
+             dead_lettered_at = NULL \
          WHERE idempotency_key = ?1 AND status = 'dead'",
         vec![key.into(), now_ms().into()],
     );

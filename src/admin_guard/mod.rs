@@ -21,11 +21,15 @@
 mod object;
 pub mod policy;
 
-use worker::{Env, Method, Request, Response, Result};
+use std::time::Duration;
+
+use futures_util::future::{select, Either};
+use worker::{Delay, Env, Method, Request, Response, Result};
 
 use self::policy::client_of;
 pub use self::policy::Verdict;
-use crate::config::GUARD_BINDING;
+use crate::config::{self, GUARD_BINDING};
+use crate::fault::Fault;
 use crate::http;
 use crate::log::{self, Line};
 
@@ -37,7 +41,12 @@ pub async fn attempt(env: &Env, req: &Request, valid: bool) -> Result<Verdict> {
     let address = req.headers().get("cf-connecting-ip")?;
     let client = format!("client:{}", client_of(address.as_deref()));
     let valid = if valid { "1" } else { "0" };
-    let mut answer = call(env, &client, Method::Post, ATTEMPT, &[("valid", valid)]).await?;
+    let mut params = vec![("valid", valid.to_string())];
+    if let Some(fault) = guard_fault(env, req) {
+        params.push(("fault", fault.name()));
+    }
+    let params: Vec<(&str, &str)> = params.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    let mut answer = call(env, &client, Method::Post, ATTEMPT, &params).await?;
     let verdict = Verdict::parse(&answer.text().await?).ok_or("admin guard: unreadable verdict")?;
     if verdict == Verdict::Wrong {
         // Counted overall too; under pressure, the client is told, so its
@@ -81,6 +90,19 @@ const PRESSED: &str = "/pressed";
 const REVOKE: &str = "/revoke";
 const REVOKED: &str = "/revoked";
 
+/// How long a request waits for a guard (ms): an object answers in
+/// milliseconds, and one that does not is treated as down.
+const GUARD_TIMEOUT_MS: u64 = 3_000;
+
+/// A fault for the guard object, named by the request (tests only).
+fn guard_fault(env: &Env, req: &Request) -> Option<Fault> {
+    if !config::test_faults(env) {
+        return None;
+    }
+    let header = req.headers().get("x-test-fault").ok().flatten()?;
+    Fault::parse(&header).filter(|f| matches!(f, Fault::GuardFails | Fault::GuardHangs))
+}
+
 /// The object counting everyone's failures; no client's name looks like it.
 const EVERYONE: &str = "everyone";
 
@@ -102,7 +124,14 @@ async fn call(
         Method::Post => http::post(&url, "", &[])?,
         _ => Request::new(&url, method)?,
     };
-    let response = stub.fetch_with_request(request).await?;
+    // A guard that does not answer refuses as surely as one that fails.
+    let answer = stub.fetch_with_request(request);
+    let timeout = Delay::from(Duration::from_millis(GUARD_TIMEOUT_MS));
+    futures_util::pin_mut!(answer);
+    let response = match select(answer, timeout).await {
+        Either::Left((response, _)) => response?,
+        Either::Right(_) => return Err("admin guard: no answer in time".into()),
+    };
     match response.status_code() {
         200..=299 => Ok(response),
         status => Err(format!("admin guard answered {status}").into()),

@@ -1,15 +1,19 @@
 //! The `AdminGuard` object: one row, a count or a session's end, and an
 //! alarm that forgets it when it is over.
 
+use std::time::Duration;
+
 use worker::wasm_bindgen;
 use worker::{
-    durable_object, DurableObject, Env, Method, Request, Response, Result, SqlStorage,
+    durable_object, Delay, DurableObject, Env, Method, Request, Response, Result, SqlStorage,
     SqlStorageValue, State,
 };
 
 use super::policy::{decide, Verdict, GLOBAL_FAILURES, WINDOW_MS};
 use super::{ATTEMPT, COUNT, PRESSED, REVOKE, REVOKED};
 use crate::clock::now_ms;
+use crate::config;
+use crate::fault::Fault;
 
 /// An object's one row: a client's or everyone's failures in `window`,
 /// a client's news of pressure, or a signed-out session's end.
@@ -25,12 +29,19 @@ const TABLE: &str = "CREATE TABLE IF NOT EXISTS guard (
 pub struct AdminGuard {
     state: State,
     sql: SqlStorage,
+    /// Whether a request's `fault` is honoured (`TEST_FAULTS`).
+    test_faults: bool,
 }
 
 impl DurableObject for AdminGuard {
-    fn new(state: State, _env: Env) -> Self {
+    fn new(state: State, env: Env) -> Self {
         let sql = state.storage().sql();
-        AdminGuard { state, sql }
+        let test_faults = config::test_faults(&env);
+        AdminGuard {
+            state,
+            sql,
+            test_faults,
+        }
     }
 
     async fn fetch(&self, req: Request) -> Result<Response> {
@@ -41,6 +52,11 @@ impl DurableObject for AdminGuard {
                 .find(|(n, _)| n == name)
                 .and_then(|(_, v)| v.parse::<i64>().ok())
         };
+        match self.fault(&query) {
+            Some(Fault::GuardFails) => return Response::error("injected fault", 500),
+            Some(Fault::GuardHangs) => Delay::from(Duration::from_secs(30)).await,
+            _ => {}
+        }
         let now = now_ms();
         // A time that must be given, and in the future.
         let until = || param("until").filter(|until| *until > now);
@@ -126,6 +142,15 @@ struct Row {
 }
 
 impl AdminGuard {
+    /// The fault a request names (tests only).
+    fn fault(&self, query: &str) -> Option<Fault> {
+        if !self.test_faults {
+            return None;
+        }
+        let (_, name) = form_urlencoded::parse(query.as_bytes()).find(|(n, _)| n == "fault")?;
+        Fault::parse(&name)
+    }
+
     fn row(&self, window: i64) -> Result<Row> {
         let exists = self
             .sql

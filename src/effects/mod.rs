@@ -6,8 +6,9 @@
 //!
 //! To add an effect: a file here whose function reads the event and returns
 //! an [`Effect`], its `mod` line, its line in `EFFECTS`, and its tables in a
-//! new file under `migrations/` (the README's recipe a). Planning is pure, so it is
-//! tested on the host; only `ledger::apply` touches D1.
+//! new file under `migrations/` (the recipe "An effect" in docs/recipes.md
+//! does all four, with a test). Planning is pure, so it is tested on the
+//! host; only `ledger::apply` touches D1.
 
 mod orders;
 mod stars;

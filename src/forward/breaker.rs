@@ -23,7 +23,8 @@ macro_rules! held {
 pub(super) use held;
 
 /// Deliveries the drain re-sends, paced, when a destination closes or is
-/// resumed; the cron relay sends the rest, a thousand a minute.
+/// resumed; the cron relay sends the rest, up to a thousand a minute
+/// shared among the usable destinations.
 pub const DRAIN_PAGE: i64 = 500;
 
 /// What one batch's attempts at one destination came to.

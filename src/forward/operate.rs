@@ -1,6 +1,7 @@
 //! What operators do to forwarding, from the admin API and the dashboard
 //! alike: redeliver one delivery, requeue a destination's dead ones, pause,
-//! resume and re-enable a destination. A redelivery keeps its id: the
+//! resume and re-enable a destination, discard what waits for one that was
+//! removed. A redelivery keeps its id: the
 //! destination sees the same `webhook-id`, and dedupes on it.
 
 use worker::Env;
@@ -22,8 +23,15 @@ named_enum! {
         Resume = "resume",
         /// Undo a 410's disabling (and close the breaker).
         Enable = "enable",
+        /// End the deliveries held for a destination that is no longer
+        /// declared: `dead`, saying so (a requeue revives them, should it
+        /// be declared again).
+        Discard = "discard",
     }
 }
+
+/// What a discarded delivery's `last_error` says.
+pub const DISCARDED: &str = "discarded by an operator: the destination is no longer declared";
 
 /// Makes a dead or delivered delivery due again, with a fresh budget, and
 /// sends it; `false` when there is no such delivery, or it is in flight.
@@ -43,15 +51,19 @@ pub async fn redeliver(env: &Env, id: &str) -> worker::Result<bool> {
 }
 
 /// Does `action` to destination `name`; says whether it changed anything
-/// (nothing, for a name `DESTINATIONS` does not declare).
+/// (nothing for a name `DESTINATIONS` does not declare, but a discard,
+/// which is only for such a name).
 pub async fn destination(env: &Env, name: &str, action: DestinationAction) -> worker::Result<bool> {
     let declared = destinations::all(env, &Bounds::from_env(env)?)?;
-    if destinations::named(&declared, name).is_none() {
+    let is_declared = destinations::named(&declared, name).is_some();
+    if is_declared == (action == DestinationAction::Discard) {
         return Ok(false);
     }
     let now = now_ms();
+    let db = Db::from_env(env)?;
     let params = vec![name.into(), now.into()];
     let sql = match action {
+        DestinationAction::Discard => return discard(&db, name, now).await,
         DestinationAction::Requeue => {
             "UPDATE forwards SET status = 'pending', attempts = 0, budget_from = ?2, \
                  next_attempt_at = ?2, updated_at = ?2 \
@@ -69,7 +81,6 @@ pub async fn destination(env: &Env, name: &str, action: DestinationAction) -> wo
                  updated_at = ?2 WHERE name = ?1 AND state != 'closed'"
         }
     };
-    let db = Db::from_env(env)?;
     let changed = db.run(&Statement::new(sql, params)).await? > 0;
     if changed && action != DestinationAction::Pause {
         // The oldest first, paced; the relay sends the rest.
@@ -80,6 +91,41 @@ pub async fn destination(env: &Env, name: &str, action: DestinationAction) -> wo
         .await;
     }
     Ok(changed)
+}
+
+/// Deliveries a discard ends per statement, and statements per action: a
+/// backlog of millions goes in several clicks, none of them one long
+/// statement.
+const DISCARD_PAGE: i64 = 5_000;
+const DISCARD_PAGES: usize = 20;
+
+/// Ends what waits for `name` (no longer declared): `dead`, saying so, a
+/// page at a time, and not a delivery whose claim still holds (a consumer
+/// mid-call).
+async fn discard(db: &Db, name: &str, now: i64) -> worker::Result<bool> {
+    let mut discarded = 0;
+    for _ in 0..DISCARD_PAGES {
+        let page = Statement::new(
+            "UPDATE forwards SET status = 'dead', last_error = ?3, lease_until = NULL, updated_at = ?2 \
+             WHERE delivery_id IN (SELECT delivery_id FROM forwards INDEXED BY forwards_due \
+                 WHERE destination = ?1 AND status IN ('pending', 'sending') \
+                   AND (status = 'pending' OR lease_until < ?2) LIMIT ?4)",
+            vec![name.into(), now.into(), DISCARDED.into(), DISCARD_PAGE.into()],
+        );
+        let changed = db.run(&page).await?;
+        discarded += changed;
+        if (changed as i64) < DISCARD_PAGE {
+            break;
+        }
+    }
+    if discarded > 0 {
+        log::warn(
+            &Line::new("forward_discarded")
+                .detail(name)
+                .counts(discarded),
+        );
+    }
+    Ok(discarded > 0)
 }
 
 /// Sends deliveries, best effort: the relay sends what this could not.

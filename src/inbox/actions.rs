@@ -10,6 +10,7 @@ use super::Inbox;
 use crate::clock::now_ms;
 use crate::event::{self, dedupe_key};
 use crate::failed_events;
+use crate::fault::Fault;
 use crate::ledger::Applied;
 use crate::log::{self, Line};
 
@@ -32,7 +33,13 @@ impl Inbox {
         if row.state == EventState::Failed {
             self.reopen_failed(settings).await?;
         }
-        Ok(Some(self.retry_now(row, None, settings).await?))
+        let answer = self.retry_now(row, None, settings).await?;
+        // An earlier dismissal whose reply was lost, found by this replay:
+        // it says so, not "already applied".
+        if self.store.state()? == Some(EventState::Dismissed) {
+            return Ok(Some(Outcome::Dismissed.into()));
+        }
+        Ok(Some(answer))
     }
 
     /// An operator's decision not to apply a failed event. The state moves
@@ -50,8 +57,16 @@ impl Inbox {
             return Response::error("only a failed event can be dismissed", 409);
         }
         let settings = self.settings()?;
-        self.store.dismiss(now_ms())?;
-        let outcome = match failed_events::dismiss(&self.env, &row.event).await {
+        self.store.dismiss(EventState::Failed, now_ms())?;
+        let error = row.last_error.as_deref().unwrap_or("unknown");
+        let recorded = failed_events::dismiss(&self.env, &row.event, error).await;
+        let recorded = match row.fault {
+            Some(Fault::DismissReplyLost(_)) => {
+                recorded.and(Err("injected fault: the dismissal's reply is lost".into()))
+            }
+            _ => recorded,
+        };
+        let outcome = match recorded {
             Ok(Applied::Now) => {
                 log::warn(&Line::new("event_dismissed").key(&row.event.key()));
                 Outcome::Dismissed

@@ -26,6 +26,8 @@ pub(super) enum Tried {
     WillRetry,
     /// Failed, and the budget is spent: the event is `failed`.
     GaveUp,
+    /// Not applied: an operator's dismissal had committed (its reply lost).
+    Dismissed,
 }
 
 impl Tried {
@@ -40,6 +42,8 @@ impl Tried {
             },
             Tried::WillRetry => Outcome::Accepted.into(),
             Tried::GaveUp => Outcome::Failed.into(),
+            // Handled earlier, by the operator: to a sender, a duplicate.
+            Tried::Dismissed => Outcome::Duplicate.into(),
         }
     }
 }
@@ -131,6 +135,17 @@ impl Inbox {
                     Applied::Replayed { of } => Some(of.clone()),
                     _ => None,
                 };
+                // The ledger row may be an operator's dismissal whose
+                // reply was lost (the event then went back to `failed`, and
+                // a copy reopened it): then it was never applied.
+                if applied == Applied::Earlier
+                    && after_first
+                    && failed_events::dismissed(&self.env, &event).await?
+                {
+                    self.store.dismiss(EventState::Received, now_ms())?;
+                    log::warn(&Line::new("event_dismissed").key(&event.key()));
+                    return Ok(Tried::Dismissed);
+                }
                 if let Some(of) = &replay_of {
                     let key = event.key();
                     let line = Line::new("replayed_body").key(&key);
@@ -230,7 +245,7 @@ impl Inbox {
         }
         match dismissed {
             Ok(true) => {
-                self.store.dismiss(now_ms())?;
+                self.store.dismiss(EventState::Failed, now_ms())?;
                 return self.set_alarm_in(settings.retention_ms).await;
             }
             Ok(false) => {}

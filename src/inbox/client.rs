@@ -10,7 +10,7 @@ use super::state::{EventState, Outcome};
 use super::store::LoggedDelivery;
 use crate::config::INBOX_BINDING;
 use crate::d1::Json;
-use crate::event::dedupe_key;
+use crate::event::{dedupe_key, is_source_name};
 use crate::http;
 use crate::providers::Verified;
 
@@ -140,9 +140,10 @@ pub async fn deliver(env: &Env, handoff: Handoff) -> std::result::Result<Answer,
 /// The event `(source, id)` as its inbox holds it; `None` when it answers
 /// anything but 200 (it holds nothing: never received, or past retention).
 pub async fn state(env: &Env, source: &str, id: &str) -> Result<Option<Json<InboxState>>> {
-    let mut response = stub(env, &dedupe_key(source, id))?
-        .fetch_with_str(&url(STATE))
-        .await?;
+    let Some(stub) = event_stub(env, source, id)? else {
+        return Ok(None);
+    };
+    let mut response = stub.fetch_with_str(&url(STATE)).await?;
     match response.status_code() {
         200 => Ok(Some(Json::new(response.text().await?)?)),
         _ => Ok(None),
@@ -152,9 +153,10 @@ pub async fn state(env: &Env, source: &str, id: &str) -> Result<Option<Json<Inbo
 /// An event's body and its [`crate::event::VerifiedEvent::forward`], from its inbox;
 /// `None` when it holds nothing (past `RETENTION`).
 pub async fn body(env: &Env, source: &str, id: &str) -> Result<Option<(String, String)>> {
-    let mut response = stub(env, &dedupe_key(source, id))?
-        .fetch_with_str(&url(BODY))
-        .await?;
+    let Some(stub) = event_stub(env, source, id)? else {
+        return Ok(None);
+    };
+    let mut response = stub.fetch_with_str(&url(BODY)).await?;
     if response.status_code() != 200 {
         return Ok(None);
     }
@@ -186,7 +188,9 @@ pub async fn dismiss(env: &Env, source: &str, id: &str) -> Result<ActionResult> 
 }
 
 async fn act(env: &Env, source: &str, id: &str, path: &str) -> Result<ActionResult> {
-    let stub = stub(env, &dedupe_key(source, id))?;
+    let Some(stub) = event_stub(env, source, id)? else {
+        return Ok(ActionResult::NoEvent);
+    };
     let mut response = stub
         .fetch_with_request(http::post(&url(path), "", &[])?)
         .await?;
@@ -201,6 +205,15 @@ async fn act(env: &Env, source: &str, id: &str, path: &str) -> Result<ActionResu
 /// The inbox of the event keyed `"{source}:{id}"`.
 fn stub(env: &Env, key: &str) -> Result<Stub> {
     env.durable_object(INBOX_BINDING)?.get_by_name(key)
+}
+
+/// The inbox of `(source, id)` as an operator names them; `None` for a
+/// name no source can have, whose key could be another event's.
+fn event_stub(env: &Env, source: &str, id: &str) -> Result<Option<Stub>> {
+    if !is_source_name(source) {
+        return Ok(None);
+    }
+    stub(env, &dedupe_key(source, id)).map(Some)
 }
 
 fn url(path: &str) -> String {

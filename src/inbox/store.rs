@@ -286,14 +286,16 @@ impl Store {
         Ok(())
     }
 
-    /// An operator's dismissal of a `failed` event, before D1 records it.
-    pub fn dismiss(&self, now: i64) -> Result<()> {
+    /// An operator's dismissal: of a `failed` event, before D1 records it;
+    /// or found in D1 by an attempt at a reopened (`received`) one, whose
+    /// reply was lost. `dismissed` as of `now`; nothing is listed.
+    pub fn dismiss(&self, from: EventState, now: i64) -> Result<()> {
         self.tables.sql.exec(
-            "UPDATE event SET state = ?, done_at = ? WHERE state = ?",
+            "UPDATE event SET state = ?, done_at = ?, reported = 0 WHERE state = ?",
             vec![
                 EventState::Dismissed.name().into(),
                 now.into(),
-                EventState::Failed.name().into(),
+                from.name().into(),
             ],
         )?;
         Ok(())

@@ -146,7 +146,7 @@ impl Claimed {
         at: i64,
         alert: Option<Statement>,
     ) -> worker::Result<(bool, bool)> {
-        let sql = complete!("status = 'dead', last_error = ?5");
+        let sql = complete!("status = 'dead', last_error = ?5, dead_lettered_at = NULL");
         self.complete(rows, sql, vec![error.into()], at, alert)
             .await
     }

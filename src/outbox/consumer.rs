@@ -11,9 +11,9 @@ use worker::{Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage
 
 use super::claims::{Claimed, Current, Rows};
 use super::notify_operator::{self, Alert};
-use super::{enqueue_now, Action, Call, CallError, Job, OutboxStatus, Performed};
+use super::{dead_letter, enqueue_now, Action, Call, CallError, Job, OutboxStatus, Performed};
 use crate::clock::now_ms;
-use crate::config::{self, OutboxSettings, OUTBOX_DLQ_BINDING};
+use crate::config::{self, OutboxSettings};
 use crate::d1::Db;
 use crate::fault::Fault;
 use crate::log::{self, Line};
@@ -280,9 +280,15 @@ async fn perform(
                 if let (true, Some(alert_key)) = (alerted, alert_key) {
                     enqueue_now(env, alert_key).await;
                 }
-                env.queue(OUTBOX_DLQ_BINDING)?
-                    .send_raw(Job::message(key, 0, None)?)
-                    .await?;
+                // A copy that fails to go is sent by the cron relay.
+                let fail = fault == Some(Fault::FailDeadLetter);
+                let death = dead_letter::Death {
+                    key: key.to_string(),
+                    dead_at: at as f64,
+                };
+                if let Err(e) = dead_letter::send(env, &rows.0, &[death], fail, at).await {
+                    log::error(&line("outbox_dead_letter_failed").error(e));
+                }
             }
             Ok(Done::Decided(Next::Ack))
         }

@@ -25,6 +25,7 @@ mod alert;
 mod call_http;
 mod claims;
 pub mod consumer;
+mod dead_letter;
 mod notify_chat;
 pub mod notify_operator;
 mod queue;
@@ -111,8 +112,9 @@ named_enum! {
 pub enum CallError {
     /// The target's variable is unset, and the deployment does not say
     /// `SIDE_EFFECTS = "log"`.
-    #[error("{0} (set it, or SIDE_EFFECTS = \"log\" to skip)")]
-    Unconfigured(&'static str),
+    /// Holds the variable's name, never its value.
+    #[error("{0} is not set (set it, or SIDE_EFFECTS = \"log\" to skip)")]
+    Unconfigured(String),
     /// The row names an action this worker has no performer for.
     #[error("no performer for this row's action")]
     UnknownAction,
@@ -170,18 +172,19 @@ pub enum Performed {
     /// Not configured, and the deployment said `SIDE_EFFECTS = "log"`:
     /// nothing to call. Marked sent, with this note, so that a local run
     /// with no accounts still completes.
-    Skipped(&'static str),
+    Skipped(String),
 }
 
-/// A performer found its target's variable unset. Skipped only where the
-/// deployment says so (`SIDE_EFFECTS = "log"`, as in `.dev.vars.example`);
-/// anywhere else a failure that retries and dead-letters like any other, so
-/// a deploy that forgot a variable cannot silently drop emails.
-pub fn unconfigured(env: &Env, note: &'static str) -> Result<Performed, CallError> {
+/// A performer found its target's variable (`variable`: its name, never a
+/// value) unset. Skipped only where the deployment says so
+/// (`SIDE_EFFECTS = "log"`, as in `.dev.vars.example`); anywhere else a
+/// failure that retries and dead-letters like any other, so a deploy that
+/// forgot a variable cannot silently drop emails.
+pub fn unconfigured(env: &Env, variable: &str) -> Result<Performed, CallError> {
     if config::text_is(env, "SIDE_EFFECTS", "log") {
-        Ok(Performed::Skipped(note))
+        Ok(Performed::Skipped(format!("{variable} is not set")))
     } else {
-        Err(CallError::Unconfigured(note))
+        Err(CallError::Unconfigured(variable.to_string()))
     }
 }
 

@@ -62,7 +62,9 @@ pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, CallEr
                 .idempotency_key(call.key)
                 .detail(text),
         );
-        return Ok(Performed::Skipped("ALERT_URL is not set: logged only"));
+        return Ok(Performed::Skipped(
+            "ALERT_URL is not set: logged only".into(),
+        ));
     };
     post_json(&url, &chat_body(payload)?, call, None).await?;
     Ok(Performed::Sent)

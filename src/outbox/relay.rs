@@ -1,9 +1,10 @@
 //! The cron relay (`[triggers] crons`): re-sends the keys of rows whose
-//! queue message was lost.
+//! queue message was lost, and the dead-letter copies a failed send left
+//! missing.
 
 use worker::Env;
 
-use super::enqueue;
+use super::{dead_letter, enqueue};
 use crate::clock::now_ms;
 use crate::config::OutboxSettings;
 use crate::d1::{Db, Statement};
@@ -36,11 +37,20 @@ pub async fn run(env: &Env) -> worker::Result<()> {
             ROWS_PER_RUN.into(),
         ],
     );
-    let keys = Db::from_env(env)?.texts(&due).await?;
-    enqueue(env, &keys, None).await?;
-    if !keys.is_empty() {
+    let db = Db::from_env(env)?;
+    let resent = match db.texts(&due).await {
+        Ok(keys) => enqueue(env, &keys, None).await.map(|()| keys.len()),
+        Err(e) => Err(e),
+    };
+    if let Ok(n @ 1..) = resent {
         // Their queue messages were lost, or are late: worth a look.
-        log::warn(&Line::new("outbox_relay").sent(keys.len()));
+        log::warn(&Line::new("outbox_relay").sent(n));
     }
-    Ok(())
+    // Whatever became of those: a failed send of theirs is no reason to
+    // leave a dead row's copy missing.
+    let dead_lettered = dead_letter::relay(env, &db, now, settings.relay_grace_ms).await?;
+    if dead_lettered > 0 {
+        log::warn(&Line::new("outbox_dead_letter_relay").sent(dead_lettered));
+    }
+    resent.map(drop)
 }

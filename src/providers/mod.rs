@@ -4,10 +4,9 @@
 //! how to check the signature over the raw bytes, and where the provider puts
 //! the event id that stays the same on every retry. To add one: a file here
 //! implementing [`Provider`] with a `build` function, its `mod` line and its
-//! registry line below, and its cargo feature in Cargo.toml (the README's
-//! recipe b). A
-//! file without a line, or a line without a feature, fails a unit test that
-//! names it.
+//! registry line below, and its cargo feature in Cargo.toml (the recipe "A
+//! provider of your own" in docs/recipes.md). A file without a line, or a
+//! line without a feature, fails a unit test that names it.
 
 mod parts;
 mod request;

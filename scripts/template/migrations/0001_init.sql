@@ -34,10 +34,12 @@ CREATE TABLE outbox (
     lease_until     INTEGER,            -- ms; while 'sending', the claim's expiry
     next_attempt_at INTEGER NOT NULL,   -- ms; when a 'pending' row is due
     created_at      INTEGER NOT NULL,
-    updated_at      INTEGER NOT NULL
+    updated_at      INTEGER NOT NULL,
+    dead_lettered_at INTEGER            -- ms; when a dead row's copy reached the dead-letter queue
 ) WITHOUT ROWID;
 CREATE INDEX outbox_due ON outbox (status, next_attempt_at);
 CREATE INDEX outbox_alerts ON outbox (created_at) WHERE action = 'notify_operator';
+CREATE INDEX outbox_dead_letters ON outbox (updated_at) WHERE status = 'dead' AND dead_lettered_at IS NULL;
 
 -- Events whose effect gave up, for operators to replay or dismiss.
 CREATE TABLE failed_events (
@@ -86,8 +88,8 @@ CREATE TABLE forwards (
     delivered_at    INTEGER,
     updated_at      INTEGER NOT NULL
 ) WITHOUT ROWID;
--- The cron relay's scan: unfinished rows, by when they are due.
-CREATE INDEX forwards_due ON forwards (next_attempt_at) WHERE status IN ('pending', 'sending');
+-- The cron relay's scan: unfinished rows, by destination and when they are due.
+CREATE INDEX forwards_due ON forwards (destination, next_attempt_at) WHERE status IN ('pending', 'sending');
 -- A destination's backlog, oldest first (the drain, the probes, the console).
 CREATE INDEX forwards_by_destination ON forwards (destination, status, created_at);
 -- An event's deliveries (its console page).

@@ -7,9 +7,13 @@
 //! Counting must not slow the delivery path or put D1 on a replay's way, so
 //! each isolate counts in memory and adds its counts to D1
 //! (`source_counters`) at most every `STATS_FLUSH_MS` (default 10 s), after
-//! the response (`wait_until`). They are telemetry, not truth: an isolate
-//! that is evicted loses at most its unflushed counts, and counts wait in
-//! memory until the next request after the interval. What must be exact —
+//! the response (`wait_until`). Counts that arrive within the interval are
+//! flushed by one delayed flush when it is over, kept alive by the
+//! request's `wait_until`, so that a burst's tail (and its refusal alert)
+//! reaches D1 without waiting for another request (an interval of up to
+//! 20 s: the runtime keeps that work 30 s). They are telemetry, not
+//! truth: an isolate that is evicted loses at most its unflushed counts.
+//! What must be exact —
 //! processed events, failures, side effects — the admin API counts from the
 //! ledger, `failed_events` and `outbox` instead.
 //!
@@ -18,15 +22,19 @@
 //! hour and day. Flushed the same way; rows older than [`TREND_KEPT_MINUTES`]
 //! are deleted as new ones are added, so the table stays bounded.
 
-use std::cell::RefCell;
+mod pending;
 
 use worker::Env;
 
+use crate::clock;
 use crate::d1::{Db, Statement};
 use crate::log::{self, Line};
 use crate::names::named_enum;
 use crate::outbox;
 use crate::outbox::notify_operator::{self, Alert};
+
+use self::pending::Wake;
+pub use self::pending::{count, count_trend, take_due, Due, Sleeper};
 
 /// A per-source counter, by the name it is stored under: the one way both
 /// the receiver that counts and the pages that read it spell them.
@@ -116,62 +124,24 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.totals.is_empty() && self.trend.is_empty()
     }
 }
 
-/// Counts not yet in D1, and when they were last flushed (ms).
-#[derive(Default)]
-struct Pending {
-    counts: Counts,
-    last_flush: u64,
-}
-
-thread_local! {
-    static PENDING: RefCell<Pending> = RefCell::new(Pending::default());
-}
-
-/// Adds one to `source`'s `counter`.
-pub fn count(source: &str, counter: Counter) {
-    let counter = counter.name();
-    PENDING.with(|pending| {
-        let counts = &mut pending.borrow_mut().counts.totals;
-        match counts
-            .iter_mut()
-            .find(|(s, c, _)| s == source && *c == counter)
-        {
-            Some((_, _, n)) => *n += 1,
-            None => counts.push((source.to_string(), counter, 1)),
+/// Sleeps, then flushes what was counted meanwhile once the interval has
+/// passed (for a request's `wait_until`).
+pub async fn flush_later(env: Env, sleeper: Sleeper, interval_ms: u64) {
+    let mut sleep_ms = sleeper.sleep_ms;
+    loop {
+        worker::Delay::from(std::time::Duration::from_millis(sleep_ms)).await;
+        let now = clock::now_ms();
+        match pending::wake(sleeper, now as u64, interval_ms) {
+            Wake::Flush(counts) => return flush(env, counts, now).await,
+            Wake::Again(ms) => sleep_ms = ms,
+            Wake::Done => return,
         }
-    });
-}
-
-/// Adds one delivery to `source`'s `series` in the minute of `now_ms`.
-pub fn count_trend(now_ms: i64, source: &str, series: Series) {
-    let minute = now_ms.div_euclid(60_000);
-    PENDING.with(|pending| {
-        let trend = &mut pending.borrow_mut().counts.trend;
-        match trend
-            .iter_mut()
-            .find(|(m, s, t, _)| *m == minute && s == source && *t == series)
-        {
-            Some((_, _, _, n)) => *n += 1,
-            None => trend.push((minute, source.to_string(), series, 1)),
-        }
-    });
-}
-
-/// The counts to flush, when `interval_ms` has passed since the last flush.
-pub fn take_due(now: u64, interval_ms: u64) -> Option<Counts> {
-    PENDING.with(|pending| {
-        let mut pending = pending.borrow_mut();
-        if pending.counts.is_empty() || now.saturating_sub(pending.last_flush) < interval_ms {
-            return None;
-        }
-        pending.last_flush = now;
-        Some(std::mem::take(&mut pending.counts))
-    })
+    }
 }
 
 /// The statements adding `counts` to D1, and pruning the trend's old rows
@@ -285,37 +255,15 @@ mod tests {
     }
 
     #[test]
-    fn counts_accumulate_and_flush_once_per_interval() {
-        count("beta", Counter::Received);
-        count("beta", Counter::Received);
-        count("alpha", Counter::Rejected("bad_signature"));
-        assert_eq!(take_due(5, 10), None, "not due yet");
-        let mut counts = take_due(10, 10).unwrap();
-        counts.totals.sort();
-        assert_eq!(
-            counts.totals,
-            vec![
-                ("alpha".into(), "rejected:bad_signature".into(), 1),
-                ("beta".into(), "received".into(), 2),
-            ]
-        );
-        assert_eq!(take_due(30, 10), None, "nothing left to flush");
-        count("beta", Counter::Outcome("duplicate"));
-        assert_eq!(take_due(15, 10), None, "5 ms after the last flush");
-        assert_eq!(
-            take_due(20, 10).unwrap().totals,
-            vec![("beta".into(), "duplicate".into(), 1)]
-        );
-    }
-
-    #[test]
     fn the_trend_counts_per_minute_and_prunes_a_day_back() {
         let at = 1_700_000_000_000; // 2023-11-14T22:13:20Z: 20 s into a minute
         count_trend(at, "beta", Series::Refused);
         count_trend(at + 39_999, "beta", Series::Refused);
         count_trend(at + 40_000, "beta", Series::Refused);
         count_trend(at, "beta", Series::Processed);
-        let counts = take_due(u64::MAX, 0).unwrap();
+        let Due::Now(counts) = take_due(u64::MAX, 0) else {
+            panic!("due at once");
+        };
         let minute = at / 60_000;
         assert_eq!(
             counts.trend,
