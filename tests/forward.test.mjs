@@ -324,6 +324,44 @@ describe("deliveries held for a destination that was removed", () => {
   });
 });
 
+// needs: dashboard
+describe("deliveries held for a destination that was removed, from the console", () => {
+  test("the destinations page offers Discard held, and it ends them", async () => {
+    const TOKEN = "discard-console-token-0123456789abcdef";
+    const w = await forwarding({ gone: destination("gone") }, { OUTBOX_RELAY_GRACE_MS: "0", ADMIN_TOKEN: TOKEN });
+    try {
+      w.target.answer = () => 503;
+      await send(w, FIRST, eventOf(FIRST));
+      const row = () => w.db.prepare("SELECT status, last_error FROM forwards WHERE destination = 'gone'").first();
+      await eventually(async () => (await row())?.status === "pending", 10_000, "a delivery waiting");
+      await w.reconfigure({ DESTINATIONS: {}, SOURCES: { [FIRST]: FIRST_SETTINGS } });
+      const cookie = await w.signIn(TOKEN);
+      const destinations = async () => (await w.mf.dispatchFetch("http://localhost/admin/destinations", { headers: { cookie } })).text();
+      // The cron relay notes a destination its deliveries wait for.
+      const page = await eventually(async () => {
+        await (await w.mf.getWorker("webhooks")).scheduled({ cron: "* * * * *" });
+        const html = await destinations();
+        return /no longer declared/.test(html) && html;
+      }, 10_000, "the removed destination on the page");
+      const [, action, formToken] = /<form class="actions" method="post" action="(\/admin\/destinations\/gone\/discard)"><input type="hidden" name="form_token" value="([0-9a-f]+)">/.exec(page) ?? [];
+      assert.ok(action, "a Discard held button");
+      const res = await w.mf.dispatchFetch(`http://localhost${action}`, {
+        method: "POST",
+        body: `form_token=${formToken}`,
+        headers: { cookie, "content-type": "application/x-www-form-urlencoded", "sec-fetch-site": "same-origin" },
+        redirect: "manual",
+      });
+      assert.equal(res.status, 303);
+      assert.match(res.headers.get("location"), /done=discard/);
+      await res.arrayBuffer();
+      assert.deepEqual(await row(), { status: "dead", last_error: "discarded by an operator: the destination is no longer declared" });
+      assert.doesNotMatch(await destinations(), /Discard held/, "nothing left to discard");
+    } finally {
+      await w.dispose();
+    }
+  });
+});
+
 describe("a misconfigured destination", () => {
   for (const [what, destinations, vars, names] of [
     ["one that does not exist", {}, {}, `SOURCES.${FIRST}.forward names backend,`],
