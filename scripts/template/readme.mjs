@@ -23,18 +23,13 @@ function stepText(step, number) {
 }
 
 /**
- * The migration numbers of the recipes a copy shows, as applied in order
- * after its last migration (`make template-check` applies them so): each
- * migration step's number. `null`: the template's own page, which keeps
- * `NNNN`.
+ * The number a recipe's migration takes, the recipe applied alone after the
+ * copy's last migration (`start`); `null`: the template's own page, which
+ * keeps `NNNN`.
  */
-function migrationNumbers(recipes, start) {
-  const numbers = new Map();
-  let next = start;
-  for (const step of recipes.flatMap((r) => r.steps).filter((s) => s.migration)) {
-    numbers.set(step, next === null ? "NNNN" : String(next++).padStart(4, "0"));
-  }
-  return (step) => numbers.get(step) ?? "NNNN";
+function migrationNumbers(start) {
+  const number = start === null ? "NNNN" : String(start).padStart(4, "0");
+  return () => number;
 }
 
 /** The number the next migration in this checkout takes: one after the last. */
@@ -46,7 +41,7 @@ function nextMigrationNumber() {
 /** The recipes that apply to a copy, as Markdown sections under `level`. */
 function recipesText(copy, level, start) {
   const recipes = RECIPES.filter((r) => r.applies(copy));
-  const number = migrationNumbers(recipes, start);
+  const number = migrationNumbers(start);
   return recipes
     .map((r) => `${level} ${r.title}\n\n${r.intro}\n\n${r.steps.map((s) => stepText(s, number)).join("\n")}${r.outro ? `\n${r.outro}\n` : ""}`)
     .join("\n");
@@ -72,7 +67,7 @@ function declaredSources() {
 export function copyReadme({ name, providers, demos, dashboard }) {
   const copy = { providers, demos, dashboard };
   const applies = RECIPES.filter((r) => r.applies(copy));
-  const number = migrationNumbers(applies, nextMigrationNumber());
+  const number = migrationNumbers(nextMigrationNumber());
   const recipes = applies.map((r) => `- ${r.title}:\n  ${filesOf(r, number)}.`);
   writeFileSync(
     "docs/recipes.md",

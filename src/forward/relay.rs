@@ -17,10 +17,10 @@ const ROWS_PER_RUN: usize = 1_000;
 
 /// One destination's (`?4`) due deliveries past the grace period, oldest
 /// first, unless it is held; each moved to now, so that a slow queue is
-/// re-sent once per grace period, not on every run. `?1` now less the
-/// grace, `?2` now, `?3` how many. Through `forwards_due`, by destination
-/// and due time: neither a held destination's backlog nor rows not yet
-/// due are read. The hold is in the key looked up (NULL when held, which
+/// re-sent once per grace period, not on every run (nor twice in one,
+/// whatever the grace). `?1` now less the grace, `?2` now, `?3` how many.
+/// Through `forwards_due`, by destination and due time: neither a held
+/// destination's backlog nor rows not yet due are read. The hold is in the key looked up (NULL when held, which
 /// finds nothing): as a condition beside it, SQLite checked it per row,
 /// and read the whole backlog (EXPLAIN QUERY PLAN and D1's rows read).
 const DUE: &str = concat!(
@@ -29,7 +29,7 @@ const DUE: &str = concat!(
          WHERE destination = (SELECT ?4 WHERE ?4 NOT IN (",
     held!(),
     ")) AND status IN ('pending', 'sending') AND next_attempt_at <= ?1 \
-           AND (status = 'pending' OR lease_until <= ?1) \
+           AND next_attempt_at < ?2 AND (status = 'pending' OR lease_until <= ?1) \
          ORDER BY next_attempt_at LIMIT ?3) RETURNING delivery_id"
 );
 
@@ -54,25 +54,40 @@ const PROBES: &str = "SELECT id FROM (SELECT (\
        AND d.name IN (SELECT value FROM json_each(?2))) \
      WHERE id IS NOT NULL";
 
-/// Destinations with due deliveries that cannot go (not declared, or no
-/// usable key; `?2` the usable names, `?1` now): the destinations with
-/// unfinished deliveries, one index step each, then one due row of each
-/// that is not usable. No destination's backlog is read.
-const WAITING: &str = "WITH RECURSIVE d(name) AS (\
-         SELECT (SELECT min(destination) FROM forwards INDEXED BY forwards_due \
-                 WHERE status IN ('pending', 'sending')) \
-         UNION ALL \
-         SELECT (SELECT min(destination) FROM forwards INDEXED BY forwards_due \
-                 WHERE status IN ('pending', 'sending') AND destination > d.name) \
-         FROM d WHERE d.name IS NOT NULL) \
-     SELECT name FROM d WHERE name IS NOT NULL \
-       AND name NOT IN (SELECT value FROM json_each(?2)) \
-       AND EXISTS (SELECT 1 FROM forwards INDEXED BY forwards_due \
-                   WHERE destination = d.name AND status IN ('pending', 'sending') \
-                     AND next_attempt_at <= ?1)";
+/// The destinations with deliveries due by `?1`: the destinations with
+/// unfinished deliveries, one index step each, then one due row of each.
+/// No destination's backlog is read. A macro, for `concat!`.
+macro_rules! with_due {
+    () => {
+        "WITH RECURSIVE d(name) AS (\
+             SELECT (SELECT min(destination) FROM forwards INDEXED BY forwards_due \
+                     WHERE status IN ('pending', 'sending')) \
+             UNION ALL \
+             SELECT (SELECT min(destination) FROM forwards INDEXED BY forwards_due \
+                     WHERE status IN ('pending', 'sending') AND destination > d.name) \
+             FROM d WHERE d.name IS NOT NULL) \
+         SELECT name FROM d WHERE name IS NOT NULL \
+           AND EXISTS (SELECT 1 FROM forwards INDEXED BY forwards_due \
+                       WHERE destination = d.name AND status IN ('pending', 'sending') \
+                         AND next_attempt_at <= ?1)"
+    };
+}
 
-/// The held destinations (paused, disabled or open).
-const HELD: &str = held!();
+/// Destinations with due deliveries that cannot go (not declared, or no
+/// usable key; `?2` the usable names, `?1` now).
+const WAITING: &str = concat!(
+    with_due!(),
+    " AND name NOT IN (SELECT value FROM json_each(?2))"
+);
+
+/// The usable (`?2`), not held destinations with deliveries due by `?1`
+/// (now less the grace): the ones the relay re-sends for, in order.
+const ACTIVE: &str = concat!(
+    with_due!(),
+    " AND name IN (SELECT value FROM json_each(?2)) AND name NOT IN (",
+    held!(),
+    ") ORDER BY name"
+);
 
 pub async fn run(env: &Env) -> worker::Result<()> {
     let settings = ForwardSettings::from_env(env)?;
@@ -82,10 +97,10 @@ pub async fn run(env: &Env) -> worker::Result<()> {
     let db = Db::from_env(env)?;
     let now = now_ms();
     let grace = now - settings.outbox.relay_grace_ms;
+    let names = serde_json::to_string(&names)?;
     let (ids, mut rows_read) = due(&db, &names, grace, now).await?;
     let resent = ids.len();
     let mut jobs = super::paced(ids);
-    let names = serde_json::to_string(&names)?;
     // Not the last probe's delivery: tried within the last interval.
     let tried_since = now - i64::from(settings.probe_secs) * 1000;
     let probes = Statement::new(
@@ -112,32 +127,22 @@ pub async fn run(env: &Env) -> worker::Result<()> {
     Ok(())
 }
 
-/// The due deliveries of the usable destinations (`names`) that are not
-/// held, moved to now: `ROWS_PER_RUN` shared equally among them, then what
-/// some left to those that had more. Returns their ids, and the rows D1
-/// read.
-async fn due(
-    db: &Db,
-    names: &[&str],
-    grace: i64,
-    now: i64,
-) -> worker::Result<(Vec<String>, usize)> {
-    let (held, mut read) = db
-        .batch_texts_read(&[Statement::new(HELD, Vec::new())], "name")
-        .await?;
-    let held: Vec<String> = held.into_iter().flatten().collect();
-    let mut round: Vec<&str> = names
-        .iter()
-        .copied()
-        .filter(|name| !held.iter().any(|h| h == name))
-        .take(ROWS_PER_RUN)
-        .collect();
+/// The due deliveries of the usable destinations (`names`, JSON) that are
+/// not held, moved to now: `ROWS_PER_RUN` shared equally among those with
+/// any due, then what some left to those that had more. Returns their ids,
+/// and the rows D1 read.
+async fn due(db: &Db, names: &str, grace: i64, now: i64) -> worker::Result<(Vec<String>, usize)> {
+    let active = Statement::new(ACTIVE, vec![grace.into(), names.into()]);
+    let (active, mut read) = db.batch_texts_read(&[active], "name").await?;
+    let mut round: Vec<String> = active.into_iter().flatten().collect();
     let (mut ids, mut left) = (Vec::new(), ROWS_PER_RUN);
     for _ in 0..2 {
-        if round.is_empty() || left == 0 {
+        // At least one row each, for as many as there are rows left.
+        round.truncate(left);
+        if round.is_empty() {
             break;
         }
-        let share = (left / round.len()).max(1);
+        let share = left / round.len();
         let statements: Vec<Statement> = round
             .iter()
             .map(|name| {
@@ -145,7 +150,7 @@ async fn due(
                     grace.into(),
                     now.into(),
                     (share as i64).into(),
-                    (*name).into(),
+                    name.as_str().into(),
                 ];
                 Statement::new(DUE, params)
             })
@@ -153,9 +158,9 @@ async fn due(
         let (found, r) = db.batch_texts_read(&statements, "delivery_id").await?;
         read += r;
         let mut full = Vec::new();
-        for (name, rows) in round.iter().zip(found) {
+        for (name, rows) in round.into_iter().zip(found) {
             if rows.len() == share {
-                full.push(*name);
+                full.push(name);
             }
             left = left.saturating_sub(rows.len());
             ids.extend(rows);
@@ -173,7 +178,7 @@ mod tests {
     fn each_query_says_what_the_index_it_names_holds() {
         // `INDEXED BY` fails unless the query states the partial index's
         // own condition (migrations/0011).
-        for sql in [DUE, WAITING] {
+        for sql in [DUE, WAITING, ACTIVE] {
             assert!(sql.contains("INDEXED BY forwards_due"), "{sql}");
             assert!(sql.contains("status IN ('pending', 'sending')"), "{sql}");
         }

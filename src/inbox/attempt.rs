@@ -138,10 +138,14 @@ impl Inbox {
                 // The ledger row may be an operator's dismissal whose
                 // reply was lost (the event then went back to `failed`, and
                 // a copy reopened it): then it was never applied.
-                if applied == Applied::Earlier
-                    && after_first
-                    && failed_events::dismissed(&self.env, &event).await?
-                {
+                if applied == Applied::Earlier && after_first && {
+                    // Still running: neither the alarm nor a replay starts
+                    // another attempt while D1 is asked.
+                    self.effect_running.set(true);
+                    let dismissed = failed_events::dismissed(&self.env, &event).await;
+                    self.effect_running.set(false);
+                    dismissed?
+                } {
                     self.store.dismiss(EventState::Received, now_ms())?;
                     log::warn(&Line::new("event_dismissed").key(&event.key()));
                     return Ok(Tried::Dismissed);

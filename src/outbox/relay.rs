@@ -42,9 +42,11 @@ pub async fn run(env: &Env) -> worker::Result<()> {
         Ok(keys) => enqueue(env, &keys, None).await.map(|()| keys.len()),
         Err(e) => Err(e),
     };
-    if let Ok(n @ 1..) = resent {
+    match &resent {
         // Their queue messages were lost, or are late: worth a look.
-        log::warn(&Line::new("outbox_relay").sent(n));
+        Ok(n @ 1..) => log::warn(&Line::new("outbox_relay").sent(*n)),
+        Ok(_) => {}
+        Err(e) => log::error(&Line::new("outbox_relay_failed").error(e)),
     }
     // Whatever became of those: a failed send of theirs is no reason to
     // leave a dead row's copy missing.
