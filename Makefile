@@ -56,13 +56,13 @@ build-minimal:
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	cargo clippy --target wasm32-unknown-unknown -- -D warnings
-	cargo clippy --target wasm32-unknown-unknown --no-default-features --features $(MINIMAL) -- -D warnings
-	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
+	cargo clippy --target wasm32-unknown-unknown --workspace --exclude selftest -- -D warnings
+	cargo clippy --target wasm32-unknown-unknown --workspace --exclude selftest --no-default-features --features $(MINIMAL) -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 unit:
 	cargo test --workspace
-	cargo test --lib --no-default-features --features $(MINIMAL) providers::
+	cargo test -p webhook-engine --lib --no-default-features --features $(MINIMAL) providers::
 
 ## The built worker, its Durable Object class, migrations and bindings
 ## through wrangler's own deploy validation, offline; the CI workflows parse.

@@ -40,7 +40,7 @@ const MARKUP = "<x-fuzz";
 const IDS = { done: "evt_afz_done", failed: "evt_afz_failed", spare: "evt_afz_spare", dead: "evt_afz_dead" };
 const DEAD_EMAIL = "dead-afz@example.com";
 
-// The dashboard's cookie and form token, computed as src/admin/mod.rs does,
+// The dashboard's cookie and form token, computed as crates/engine/src/admin/mod.rs does,
 // to forge sessions that are right in all but one respect (expired, from
 // the future).
 const hmac = (...parts) => parts.reduce((mac, p) => mac.update(p), createHmac("sha256", TOKEN)).digest("hex");

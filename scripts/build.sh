@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 STAMP=target/worker-build.stamp
 if [ "${BUILD_IF_CHANGED:-}" = 1 ] && [ -f build/index.js ] && [ -f "$STAMP" ] &&
   [ "$(cat "$STAMP")" = "${WORKER_FEATURES:-}" ] &&
-  [ -z "$(find src Cargo.toml Cargo.lock package-lock.json scripts/build.sh scripts/setup.sh -newer "$STAMP" | head -n 1)" ]; then
+  [ -z "$(find src crates Cargo.toml Cargo.lock package-lock.json scripts/build.sh scripts/setup.sh -newer "$STAMP" | head -n 1)" ]; then
   echo "build/ is up to date"
   exit 0
 fi

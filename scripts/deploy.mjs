@@ -178,7 +178,7 @@ for (const [name, source] of sources) {
   const why = wanted.get(variable)?.why ?? `the ${source.provider} signing secret of source "${name}"`;
   wanted.set(variable, { why });
 }
-// Each destination's signing key, as the worker checks it (src/forward/).
+// Each destination's signing key, as the worker checks it (crates/engine/src/forward/).
 for (const [name, destination] of Object.entries(typeof config.vars.DESTINATIONS === "object" ? config.vars.DESTINATIONS : {})) {
   wanted.set(destination.secret, {
     why: `the signing key of destination "${name}" (your backend verifies with it)`,
@@ -192,7 +192,7 @@ for (const [name, destination] of Object.entries(typeof config.vars.DESTINATIONS
     rule: 'must be whsec_ and the base64 of 24 or more random bytes: make one with `echo "whsec_$(openssl rand -base64 32)"`',
   });
 }
-// The worker refuses any other ADMIN_TOKEN as misconfigured (src/config.rs).
+// The worker refuses any other ADMIN_TOKEN as misconfigured (crates/engine/src/config/).
 wanted.set("ADMIN_TOKEN", {
   why: "the admin API and dashboard token",
   generate: true,

@@ -75,7 +75,9 @@ check() {
     # Its docs describe it: no file or make target it lacks.
     node "$ROOT/scripts/template/refs.mjs" || fail "its docs name what it does not have"
     ! grep -rqs "<!-- needs" docs || fail "a needs: marker is left in docs/"
-    [ "$DASHBOARD" = true ] || [ ! -e src/admin/dashboard.rs ] || fail "the dashboard is left"
+    [ "$DASHBOARD" = true ] || ! grep -q "^dashboard = " Cargo.toml || fail "the dashboard is left"
+    # The engine is vendored whole, as upgrades bring it.
+    diff -r "$ROOT/crates/engine" crates/engine >/dev/null || fail "crates/engine is not the engine"
 
     for recipe in $RECIPES; do
         node "$ROOT/scripts/template/apply-recipe.mjs" "$recipe"

@@ -16,7 +16,7 @@ import { eventually, startWorker } from "./support/worker.mjs";
 const TOKEN = "operator-admin-token-0123456789abcdef";
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // needs: dashboard
-const WINDOW_MS = 15 * 60 * 1000; // src/admin_guard/policy.rs
+const WINDOW_MS = 15 * 60 * 1000; // crates/engine/src/admin_guard/policy.rs
 const reply = async (res) => ({ status: res.status, body: await res.json() });
 
 describe("a failed listing heals when the event ends done", () => {

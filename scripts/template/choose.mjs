@@ -1,9 +1,9 @@
 // Keeps only what `cargo generate` was told to: `node choose.mjs
 // <providers> <demos> <dashboard>` (run by hook.rhai in the new copy).
 //
-// - Providers: each unchosen one's file, registry line, cargo feature, CLI
-//   signer, source, local secret and tests go (a Rust item under its
-//   `#[cfg(feature)]`, a test item under its `// needs:` line).
+// - Providers: each unchosen one's cargo feature (the engine's, which
+//   crates/engine keeps whole), CLI signer, source, local secret and tests
+//   go (a test item under its `// needs:` line).
 // - `demos=false`: the demo effects, their tables, and every test that
 //   names them go.
 // - Any copy but all defaults starts its migrations clean (template/migrations/).
@@ -91,15 +91,10 @@ if (!everything) {
   writeFileSync("package.json", `${JSON.stringify(scripts, null, 2)}\n`);
 }
 
-// 2. The provider registry's lines, the CLI's signers, the demo effects.
+// 2. The CLI's signers, the demo effects.
 const unchosen = ALL.filter((p) => !chosen.includes(p));
 const names = (ps) => ps.map((p) => p.replace(/[-]/g, "\\-")).join("|");
 if (unchosen.length) {
-  const registry = "src/providers/mod.rs";
-  const kept = cutItems(read(registry), new RegExp(`^\\s*"(${names([...removedFeatures])})"\\s+=>`));
-  // A kept module's line serves only the chosen names (svix without standard-webhooks).
-  const served = (list) => list.split(", ").filter((n) => !unchosen.includes(n.slice(1, -1))).join(", ");
-  write(registry, kept.replace(/^(\s*"[a-z-]+"\s+=> [a-z_]+\s+)\[([^\]]+)\],$/gm, (all, head, list) => `${head}[${served(list)}],`));
   for (const file of ["cli/src/fixtures.rs", "cli/src/signers.rs"]) {
     let cli = cutItems(read(file), new RegExp(`^ {4}"(${names(unchosen)})",$`));
     cli = cutItems(cli, new RegExp(`^\\s+"(${names(unchosen)})"( \\| "(${names(unchosen)})")* =>`), { comments: true });

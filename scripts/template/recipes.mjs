@@ -8,9 +8,9 @@ const INVOICES_RS = `//! Stripe \`invoice.paid\` → \`invoices\`, and one email
 
 use serde::Deserialize;
 
-use super::{parse, Effect, PlanError, Statement, StripeEvent};
-use crate::event::VerifiedEvent;
-use crate::outbox::Email;
+use webhook_engine::effects::{parse, Effect, PlanError, Statement, StripeEvent};
+use webhook_engine::event::VerifiedEvent;
+use webhook_engine::outbox::Email;
 
 #[derive(Deserialize)]
 struct Invoice {
@@ -98,7 +98,7 @@ const PROVIDER_RS = `//! Acme Pay: \`x-acme-pay-signature\` is \`sha256=\` and t
 //! the body; the event id is \`x-acme-pay-event-id\` (the same on every
 //! retry), the type \`x-acme-pay-event-type\`.
 
-use super::{
+use webhook_engine::providers::{
     hex_tag, required_header, verdict, ConfigError, EventIdentity, Identity, Provider, RawRequest,
     Rejection, SourceConfig, Verified, VerifyContext,
 };
@@ -134,8 +134,8 @@ impl Provider for AcmePay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::testing;
-    use crate::signature::{Secrets, Tag};
+    use webhook_engine::providers::testing;
+    use webhook_engine::signature::{Secrets, Tag};
 
     #[test]
     fn a_signed_body_verifies_and_a_changed_one_does_not() {
@@ -170,7 +170,7 @@ export const RECIPES = [
     applies: (copy) => copy.providers.includes("stripe"),
     steps: [
       { write: "src/effects/invoices.rs", text: INVOICES_RS, say: "The effect, in a new file `src/effects/invoices.rs`:" },
-      { insert: "src/effects/mod.rs", after: /^use serde::de::DeserializeOwned;$/m, before: true, text: "mod invoices;\n\n", say: "Its `mod` line in `src/effects/mod.rs`, above the `use` lines:" },
+      { insert: "src/effects/mod.rs", after: /^use webhook_engine::effects::Effects;$/m, before: true, text: "mod invoices;\n\n", say: "Its `mod` line in `src/effects/mod.rs`, above the `use` lines:" },
       { insert: "src/effects/mod.rs", after: /^ {4}\/\/ \(provider, event type, planner\): one line per effect\.$/m, text: '    ("stripe", "invoice.paid", invoices::paid),\n', say: "Its line in `EFFECTS`, in the same file:" },
       { migration: "invoices", text: INVOICES_SQL, say: "Its table, in a new migration `migrations/NNNN_invoices.sql`, numbered after the last one (`npx wrangler d1 migrations create DB invoices` makes it; `make dev` and `make deploy` apply it):" },
       { write: "tests/invoices.test.mjs", text: INVOICES_TEST, say: "Its test, in a new file `tests/invoices.test.mjs` (`make test` runs it):" },
@@ -183,15 +183,13 @@ export const RECIPES = [
     id: "b",
     title: "A provider of your own",
     intro:
-      "Three files: the provider, its lines in the registry, its cargo feature.\n" +
-      "A file without its registry line, or a line without its feature, fails a unit test that says which.",
+      "Two files: the provider, and its lines in `src/lib.rs`. The engine is not touched.\n" +
+      "A provider without its line is dead code, which `make lint` names.",
     applies: () => true,
     steps: [
-      { write: "src/providers/acme_pay.rs", text: PROVIDER_RS, say: "The provider, in a new file `src/providers/acme_pay.rs` (`verify` runs before anything reads the body):" },
-      { insert: "src/providers/mod.rs", after: /^\/\/ not by the registry's macro, so that `cargo fmt` reaches the files\)\.$/m, text: '#[cfg(feature = "acme-pay")]\nmod acme_pay;\n', say: "Its `mod` line in `src/providers/mod.rs`:" },
-      { insert: "src/providers/mod.rs", after: /^registry! \{$/m, text: '    "acme-pay" => acme_pay ["acme-pay"],\n', say: "Its line in the `registry!` table, in the same file (cargo feature, module, the `provider` names it serves):" },
-      { insert: "Cargo.toml", after: /^\[features\]$/m, text: 'acme-pay = []\n', say: "Its feature in `Cargo.toml`, also added to `default`:" },
-      { replace: "Cargo.toml", pattern: /^default = \["/m, text: 'default = ["acme-pay", "' },
+      { write: "src/acme_pay.rs", text: PROVIDER_RS, say: "The provider, in a new file `src/acme_pay.rs` (`verify` runs before anything reads the body):" },
+      { insert: "src/lib.rs", after: /^pub mod effects;$/m, before: true, text: "mod acme_pay;\n", say: "Its `mod` line in `src/lib.rs`:" },
+      { insert: "src/lib.rs", after: /^ {8}\/\/ \(name, constructor\): one line per provider of your own\.$/m, text: '        ("acme-pay", acme_pay::build),\n', say: "Its line in `APP.providers`, in the same file (the `provider` name a source gives, and its constructor):" },
     ],
     outro:
       "Then declare a source for it under `[vars.SOURCES]` in `wrangler.toml`:\n" +

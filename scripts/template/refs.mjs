@@ -12,7 +12,7 @@ import { dirname, join, normalize, relative } from "node:path";
 import { RECIPES } from "./recipes.mjs";
 
 /** The template's top-level folders: a path starting with one must exist. */
-const FOLDERS = ["src", "tests", "docs", "scripts", "migrations", "bench", "fuzz", "soak", "cli", ".github"];
+const FOLDERS = ["src", "crates", "tests", "docs", "scripts", "migrations", "bench", "fuzz", "soak", "cli", ".github"];
 const SKIP = new Set(["node_modules", "target", "build", ".git", ".wrangler"]);
 /** What a run makes, so no checkout has it before one. */
 const OUTPUTS = new Set(["tests/artifacts/"]);

@@ -18,9 +18,9 @@
 
 use serde::Deserialize;
 
-use super::{parse, Effect, PlanError, Statement, StripeEvent};
-use crate::event::VerifiedEvent;
-use crate::outbox::{Email, SideEffect};
+use webhook_engine::effects::{parse, Effect, PlanError, Statement, StripeEvent};
+use webhook_engine::event::VerifiedEvent;
+use webhook_engine::outbox::{Email, SideEffect};
 
 /// `checkout.session.completed`: the order, paid or awaiting payment.
 pub fn completed(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
@@ -225,10 +225,15 @@ fn format_amount(minor: i64, currency: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::effects::plan;
-    use crate::effects::tests::event;
-    use crate::effects::Value;
-    use crate::outbox;
+    use webhook_engine::effects::{plan_with, Plan};
+    use webhook_engine::event::VerifiedEvent;
+    use webhook_engine::effects::Value;
+    use webhook_engine::outbox;
+
+    /// The batch the engine commits for `event` with the app's effects.
+    fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
+        plan_with(crate::effects::EFFECTS, event, now)
+    }
 
     #[test]
     fn checkout_upserts_the_order_by_session_id() {
@@ -292,7 +297,7 @@ mod tests {
     #[test]
     fn payment_only_updates_an_existing_order() {
         let body = r#"{"created":5,"data":{"object":{"id":"pi_1"}}}"#;
-        let event = crate::effects::tests::event("stripe", "payment_intent.succeeded", body);
+        let event = VerifiedEvent::example("stripe", "payment_intent.succeeded", body);
         let plan = payment_succeeded(&event, 9).unwrap().writes;
         assert!(plan[0].sql.starts_with("UPDATE orders"));
         assert_eq!(plan[0].params, vec!["pi_1".into(), Value::Int(9)]);
@@ -336,10 +341,8 @@ mod tests {
     fn a_checkout_without_email_writes_no_receipt() {
         let body = r#"{"created":1,"data":{"object":{"id":"cs_1","payment_status":"paid"}}}"#;
         let plan = plan(
-            &event("stripe", "checkout.session.completed", body),
-            2_000,
-            None,
-        )
+            &VerifiedEvent::example("stripe", "checkout.session.completed", body),
+            2_000)
         .unwrap();
         assert_eq!(plan.batch.len(), 2);
         assert!(plan.outbox_keys.is_empty());
@@ -354,29 +357,25 @@ mod tests {
             )
         };
         let unpaid = plan(
-            &event("stripe", "checkout.session.completed", &body("unpaid")),
-            2,
-            None,
-        )
+            &VerifiedEvent::example("stripe", "checkout.session.completed", &body("unpaid")),
+            2)
         .unwrap();
         assert!(
             unpaid.outbox_keys.is_empty(),
             "no receipt before the money is in"
         );
         let paid = plan(
-            &event("stripe", "checkout.session.completed", &body("paid")),
-            2,
-            None,
-        )
+            &VerifiedEvent::example("stripe", "checkout.session.completed", &body("paid")),
+            2)
         .unwrap();
-        let mut later = event(
+        let mut later = VerifiedEvent::example(
             "stripe",
             "checkout.session.async_payment_succeeded",
             &body("paid"),
         );
         later.id = "evt_2".into();
         later.source = "stripe-connect".into();
-        let later = plan(&later, 3, None).unwrap();
+        let later = plan(&later, 3).unwrap();
         assert_eq!(paid.outbox_keys.len(), 1);
         assert_eq!(paid.outbox_keys, later.outbox_keys);
         assert_eq!(
@@ -384,14 +383,12 @@ mod tests {
             outbox::idempotency_key("checkout_session", "cs_9", "send_email")
         );
         let failed = plan(
-            &event(
+            &VerifiedEvent::example(
                 "stripe",
                 "checkout.session.async_payment_failed",
                 &body("unpaid"),
             ),
-            2,
-            None,
-        );
+            2);
         assert!(failed.unwrap().outbox_keys.is_empty());
     }
 }

@@ -11,9 +11,9 @@
 
 use serde::Deserialize;
 
-use super::{parse, Effect, PlanError, Statement};
-use crate::event::VerifiedEvent;
-use crate::outbox::ChatMessage;
+use webhook_engine::effects::{parse, Effect, PlanError, Statement};
+use webhook_engine::event::VerifiedEvent;
+use webhook_engine::outbox::ChatMessage;
 
 /// `star.created`: one more, and a word in the chat channel.
 pub fn created(event: &VerifiedEvent, _: i64) -> Result<Effect, PlanError> {
@@ -91,7 +91,7 @@ fn count(star: &StarEvent, delta: i64) -> Vec<Statement> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::effects::Value;
+    use webhook_engine::effects::Value;
 
     #[test]
     fn moves_the_named_repository_by_delta() {

@@ -8,8 +8,8 @@
 
 use serde::Deserialize;
 
-use super::{parse, Effect, PlanError, Statement, StripeEvent};
-use crate::event::VerifiedEvent;
+use webhook_engine::effects::{parse, Effect, PlanError, Statement, StripeEvent};
+use webhook_engine::event::VerifiedEvent;
 
 #[derive(Deserialize)]
 struct Subscription {
@@ -53,13 +53,13 @@ pub fn set_state(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::effects::tests::event;
-    use crate::effects::Value;
+    use webhook_engine::event::VerifiedEvent;
+    use webhook_engine::effects::Value;
 
     #[test]
     fn carries_the_event_time_as_the_version() {
         let body = r#"{"created":1700,"data":{"object":{"id":"sub_1","customer":"cus_1","status":"active"}}}"#;
-        let mut event = event("stripe", "customer.subscription.updated", body);
+        let mut event = VerifiedEvent::example("stripe", "customer.subscription.updated", body);
         event.id = "evt_9".into();
         let plan = set_state(&event, 5).unwrap().writes;
         assert_eq!(
@@ -78,7 +78,7 @@ mod tests {
     #[test]
     fn an_event_without_created_is_a_plan_error() {
         let body = r#"{"data":{"object":{"id":"sub_1","status":"active"}}}"#;
-        let event = event("stripe", "customer.subscription.updated", body);
+        let event = VerifiedEvent::example("stripe", "customer.subscription.updated", body);
         assert!(set_state(&event, 5).is_err());
     }
 }

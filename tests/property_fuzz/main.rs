@@ -9,10 +9,11 @@
 //! providers: about 2,000 each). `make fuzz-props` runs 500,000.
 // needs: everything
 
-use idempotent_webhooks::effects;
-use idempotent_webhooks::event::VerifiedEvent;
-use idempotent_webhooks::providers::{Identity, Provider, RawRequest, Rejection};
-use idempotent_webhooks::signature::Secrets;
+use idempotent_webhooks::effects::EFFECTS;
+use webhook_engine::effects::plan_with;
+use webhook_engine::event::VerifiedEvent;
+use webhook_engine::providers::{Identity, Provider, RawRequest, Rejection};
+use webhook_engine::signature::Secrets;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
@@ -43,7 +44,7 @@ fn through(provider: &dyn Provider, req: &RawRequest) -> Result<bool, TestCaseEr
             forward: None,
         };
         // Statements or a PlanError: both are answers; a panic is not.
-        let _ = effects::plan(&event, 2, None);
+        let _ = plan_with(EFFECTS, &event, 2);
     }
     Ok(true)
 }
@@ -261,7 +262,7 @@ proptest! {
             received_at: 1,
             forward: None,
         };
-        let _ = effects::plan(&event, 2, None);
+        let _ = plan_with(EFFECTS, &event, 2);
     }
 }
 
@@ -328,6 +329,6 @@ fn plan_refuses_a_body_nested_5000_deep() {
             received_at: 1,
             forward: None,
         };
-        assert!(effects::plan(&event, 2, None).is_err(), "{kind}");
+        assert!(plan_with(EFFECTS, &event, 2).is_err(), "{kind}");
     }
 }

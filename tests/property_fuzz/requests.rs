@@ -4,9 +4,9 @@
 // needs: everything
 
 use hmac::{Hmac, Mac};
-use idempotent_webhooks::providers::{self, Provider, RawRequest, VerifyContext};
-use idempotent_webhooks::signature::Secrets;
-use idempotent_webhooks::sources::SourceConfig;
+use webhook_engine::providers::{self, Provider, RawRequest, VerifyContext};
+use webhook_engine::signature::Secrets;
+use webhook_engine::sources::SourceConfig;
 use proptest::prelude::*;
 use selftest::signers;
 use sha2::Sha256;

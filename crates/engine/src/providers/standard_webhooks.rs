@@ -64,7 +64,6 @@ const SCHEMES: &[StandardWebhooks] = &[
         timestamp_header: "webhook-timestamp",
         signature_header: "webhook-signature",
     },
-    // needs: svix
     // Svix (Resend, Clerk, …) sends the same scheme under `svix-*` names.
     StandardWebhooks {
         name: "svix",
@@ -340,7 +339,6 @@ mod tests {
         );
     }
 
-    // needs: svix
     #[test]
     fn svix_headers_do_not_satisfy_a_standard_webhooks_source() {
         let (standard, svix) = (scheme("standard-webhooks"), scheme("svix"));

@@ -10,8 +10,7 @@
 
 mod parts;
 mod request;
-#[cfg(test)]
-mod testing;
+pub mod testing;
 
 pub use parts::{header_identity, hex_tag, json_identity, required_header, verdict};
 pub use request::{
@@ -19,8 +18,9 @@ pub use request::{
     MAX_EVENT_TYPE_BYTES,
 };
 
-use crate::config::ConfigError;
-use crate::sources::SourceConfig;
+pub use crate::app::Build;
+pub use crate::config::ConfigError;
+pub use crate::sources::SourceConfig;
 
 // One module per provider, built in by its cargo feature (declared here,
 // not by the registry's macro, so that `cargo fmt` reaches the files).
@@ -81,9 +81,6 @@ registry! {
     "generic-hmac"      => generic_hmac      ["hmac"],
 }
 
-/// A provider's constructor: a source's settings to its verifier.
-type Build = fn(&SourceConfig) -> Result<Box<dyn Provider>, ConfigError>;
-
 /// One line of the registry.
 struct Entry {
     feature: &'static str,
@@ -125,6 +122,10 @@ pub trait Provider {
 /// provider is compiled out or unknown.
 pub fn build(config: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
     let name = config.provider.as_str();
+    let own = crate::app::get().providers.iter().find(|(n, _)| *n == name);
+    if let Some((_, build)) = own {
+        return build(config);
+    }
     let entry = REGISTRY.iter().find(|entry| entry.names.contains(&name));
     match entry {
         Some(Entry {

@@ -1,5 +1,5 @@
-//! What the providers' unit tests share: a request builder and a
-//! verification context.
+//! What providers' unit tests share, the engine's and an app's own: a
+//! request builder and a verification context.
 
 use crate::providers::{RawRequest, VerifyContext};
 use crate::signature::Secrets;

@@ -33,6 +33,21 @@ pub struct VerifiedEvent {
 }
 
 impl VerifiedEvent {
+    /// An event as an effect's test builds one: `provider` also names its
+    /// source, its id is `evt_1`, and it arrived at 1,000 ms.
+    pub fn example(provider: &str, kind: &str, body: &str) -> VerifiedEvent {
+        VerifiedEvent {
+            source: provider.into(),
+            provider: provider.into(),
+            id: "evt_1".into(),
+            kind: kind.into(),
+            body: body.into(),
+            fence: Some(sha256_hex(body.as_bytes())),
+            received_at: 1_000,
+            forward: None,
+        }
+    }
+
     /// `"{source}:{id}"`: the name of the event's inbox and the key in replies.
     /// Scoped by source because ids are only unique within one provider (and
     /// one provider's ids may repeat across its hooks).

@@ -87,7 +87,6 @@ impl Action {
 
 /// Actions an earlier release stored under another name.
 const RENAMED: &[(&str, Action)] = &[
-    // needs: demos
     ("send_receipt", Action::SendEmail),
 ];
 

@@ -1,0 +1,47 @@
+//! What the app gives the engine: its effects, and any provider of its
+//! own. Handed over once, by the app's `#[event(start)]`, before any
+//! request: the Durable Objects the engine defines are made by the runtime,
+//! not by the app, so they find the app here.
+
+use std::sync::OnceLock;
+
+use crate::config::ConfigError;
+use crate::effects::Effects;
+use crate::providers::Provider;
+use crate::sources::SourceConfig;
+
+/// A provider's constructor: a source's settings to its verifier.
+pub type Build = fn(&SourceConfig) -> Result<Box<dyn Provider>, ConfigError>;
+
+/// The app: its effects and its providers.
+pub struct App {
+    /// Which effect each event gets: `(provider, event type, planner)`. An
+    /// event not listed has none: its ledger row alone records that it was
+    /// handled.
+    pub effects: &'static Effects,
+    /// The app's own providers: `(name, constructor)`, the name being what
+    /// a source's `provider` says. Looked up before the engine's own.
+    pub providers: &'static [(&'static str, Build)],
+}
+
+/// No effects and no providers of its own: what host tests run with.
+static NONE: App = App {
+    effects: &[],
+    providers: &[],
+};
+
+static APP: OnceLock<&'static App> = OnceLock::new();
+
+/// Starts the engine with the app: call it from `#[event(start)]`. Also
+/// logs a panic's message before the runtime ends the instance.
+pub fn start(app: &'static App) {
+    console_error_panic_hook::set_once();
+    // A second call (a re-started instance runs `start` again) keeps the
+    // first: the same app.
+    let _ = APP.set(app);
+}
+
+/// The app `start` was given.
+pub(crate) fn get() -> &'static App {
+    APP.get().copied().unwrap_or(&NONE)
+}

@@ -1,0 +1,199 @@
+//! Business effects: what an event changes in D1, planned as SQL statements
+//! and applied in ONE batch (one transaction) with the event's ledger row
+//! (see `ledger`) and the outbox rows of its side effects (see `outbox`).
+//! The ledger row comes first: a second attempt at the event fails on it and
+//! rolls back the rest, so each effect happens once.
+//!
+//! The app's effects are its own ([`App::effects`](crate::App)): a
+//! function that reads the event and returns an [`Effect`], its line in
+//! the app's table, and its tables in a new migration. Planning is pure,
+//! so it is tested on the host; only `ledger::apply` touches D1.
+
+use serde::de::DeserializeOwned;
+
+pub use crate::d1::{Statement, Value};
+use crate::event::VerifiedEvent;
+use crate::fault::Fault;
+use crate::outbox::{self, ChatMessage, SideEffect};
+use crate::{forward, ledger};
+
+/// An effect's planner: the event and the time (ms, for rows' timestamps)
+/// to what it writes.
+pub type Planner = fn(&VerifiedEvent, i64) -> Result<Effect, PlanError>;
+
+/// What an event changes: its writes, and the side effects to perform once
+/// they have committed (an email, a chat message: see `outbox`).
+#[derive(Debug, Default)]
+pub struct Effect {
+    pub writes: Vec<Statement>,
+    pub side_effects: Vec<SideEffect>,
+}
+
+/// The event's body lacks what its effect needs. Permanent: retrying the
+/// same bytes cannot help, so the receiver answers 400 before claiming. A
+/// fixed phrase: the body's own values (an email address) are not echoed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// Not the JSON the effect reads: a field missing or of another type.
+    #[error("the body is not what this event's effect reads (line {line}, column {column})")]
+    Unreadable { line: usize, column: usize },
+    /// Readable, but not what its event type says it is.
+    #[error("the body is not {0}")]
+    NotA(&'static str),
+}
+
+/// An event's effect: the batch to commit, and the keys of the outbox and
+/// forward rows it writes (to enqueue once it has committed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub batch: Vec<Statement>,
+    pub outbox_keys: Vec<String>,
+    pub forward_ids: Vec<String>,
+}
+
+/// An app's table of effects: `(provider, event type, planner)`, one line
+/// per effect.
+pub type Effects = [(&'static str, &'static str, Planner)];
+
+/// The full batch for an event: the ledger row first, then its writes, then
+/// one outbox row per side effect, then its deliveries to destinations (see
+/// `forward`). `now` (ms) stamps `processed_at` and the rows. `fault`
+/// (end-to-end tests only) may add a test side effect.
+pub(crate) fn plan(
+    event: &VerifiedEvent,
+    now: i64,
+    fault: Option<Fault>,
+) -> Result<Plan, PlanError> {
+    let mut effect = effect(crate::app::get().effects, event, now)?;
+    if Fault::wants_side_effect(fault, !effect.side_effects.is_empty()) {
+        let text = format!("test side effect of {}", event.key());
+        effect.side_effects.push(ChatMessage { text }.post());
+    }
+    Ok(batch(event, effect, now))
+}
+
+/// The batch `event` commits under the table `effects`: what an app's
+/// tests check its effects by.
+pub fn plan_with(effects: &Effects, event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
+    Ok(batch(event, effect(effects, event, now)?, now))
+}
+
+/// The effect `effects` lists for the event's provider and type, planned;
+/// none if it lists none.
+fn effect(effects: &Effects, event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
+    let planner = effects
+        .iter()
+        .find(|(provider, kind, _)| *provider == event.provider && *kind == event.kind);
+    match planner {
+        Some((_, _, planner)) => planner(event, now),
+        None => Ok(Effect::default()),
+    }
+}
+
+/// The ledger row, the effect's writes, its outbox rows, its deliveries:
+/// one transaction.
+fn batch(event: &VerifiedEvent, effect: Effect, now: i64) -> Plan {
+    let (outbox_rows, outbox_keys): (Vec<Statement>, Vec<String>) = effect
+        .side_effects
+        .into_iter()
+        .map(|side_effect| outbox::insert(event, side_effect, now))
+        .unzip();
+    let (forward_rows, forward_ids) = forward::insert(event, now).unzip();
+    let batch = std::iter::once(ledger::row(event, now))
+        .chain(effect.writes)
+        .chain(outbox_rows)
+        .chain(forward_rows)
+        .collect();
+    Plan {
+        batch,
+        outbox_keys,
+        forward_ids: forward_ids.unwrap_or_default(),
+    }
+}
+
+/// A Stripe event: its creation time and `data.object`.
+#[derive(serde::Deserialize)]
+pub struct StripeEvent<T> {
+    pub created: i64,
+    pub data: StripeData<T>,
+}
+
+#[derive(serde::Deserialize)]
+pub struct StripeData<T> {
+    pub object: T,
+}
+
+/// The body as `T`, or why not (its position, not its content).
+pub fn parse<T: DeserializeOwned>(body: &str) -> Result<T, PlanError> {
+    serde_json::from_str(body).map_err(|e| PlanError::Unreadable {
+        line: e.line(),
+        column: e.column(),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::outbox::ChatMessage;
+
+    pub(crate) fn event(provider: &str, kind: &str, body: &str) -> VerifiedEvent {
+        VerifiedEvent::example(provider, kind, body)
+    }
+
+    #[test]
+    fn an_event_without_an_effect_writes_its_ledger_row_alone() {
+        let plan = plan(&event("example", "ping", "{}"), 2_000, None).unwrap();
+        assert!(plan.outbox_keys.is_empty());
+        assert_eq!(
+            plan.batch,
+            vec![ledger::row(&event("example", "ping", "{}"), 2_000)]
+        );
+    }
+
+    #[test]
+    fn a_test_fault_adds_a_side_effect_where_the_effect_writes_none() {
+        let event = event("example", "ping", "{}");
+        for (fault, rows) in [
+            (None, 1),
+            (Some(Fault::WithSideEffect), 2),
+            (Some(Fault::CrashAfterCall), 2),
+            (Some(Fault::FailBeforeEffect), 1),
+        ] {
+            assert_eq!(
+                plan(&event, 2, fault).unwrap().batch.len(),
+                rows,
+                "{fault:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn deliveries_commit_in_the_same_batch_after_the_ledger_row() {
+        let mut event = event("example", "ping", "{}");
+        assert_eq!(plan(&event, 2, None).unwrap().batch.len(), 1);
+        event.forward = Some(r#"{"to":["backend"],"headers":[]}"#.into());
+        let forwarded = plan(&event, 2, None).unwrap();
+        assert_eq!(forwarded.batch.len(), 2);
+        assert_eq!(forwarded.batch[0], ledger::row(&event, 2));
+        assert!(forwarded.batch[1].sql.starts_with("INSERT INTO forwards"));
+        let id = forward::delivery_id("example", "evt_1", "backend");
+        assert_eq!(forwarded.forward_ids, [id]);
+    }
+
+    #[test]
+    fn writes_then_outbox_rows_follow_the_ledger_row() {
+        let event = event("example", "thing.happened", "{}");
+        let effect = Effect {
+            writes: vec![Statement::new("UPDATE things SET n = n + 1", Vec::new())],
+            side_effects: vec![ChatMessage { text: "hi".into() }.post()],
+        };
+        let plan = batch(&event, effect, 2_000);
+        assert_eq!(plan.batch.len(), 3);
+        assert_eq!(plan.batch[0], ledger::row(&event, 2_000));
+        assert_eq!(plan.batch[1].sql, "UPDATE things SET n = n + 1");
+        assert!(plan.batch[2].sql.starts_with("INSERT INTO outbox"));
+        let key = outbox::idempotency_key("example", "evt_1", "notify_chat");
+        assert_eq!(plan.outbox_keys, vec![key.clone()]);
+        assert_eq!(plan.batch[2].params[0], Value::Text(key));
+    }
+}
