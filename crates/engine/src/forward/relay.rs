@@ -54,12 +54,14 @@ const PROBES: &str = "SELECT id FROM (SELECT (\
        AND d.name IN (SELECT value FROM json_each(?2))) \
      WHERE id IS NOT NULL";
 
-/// The destinations with deliveries due by `?1`: the destinations with
-/// unfinished deliveries, one index step each, then one due row of each.
-/// No destination's backlog is read. A macro, for `concat!`.
+/// The destinations with deliveries due by `?1` (and meeting `$due`): the
+/// destinations with unfinished deliveries, one index step each, then one
+/// due row of each. No destination's backlog is read. A macro, for
+/// `concat!`.
 macro_rules! with_due {
-    () => {
-        "WITH RECURSIVE d(name) AS (\
+    ($due:literal) => {
+        concat!(
+            "WITH RECURSIVE d(name) AS (\
              SELECT (SELECT min(destination) FROM forwards INDEXED BY forwards_due \
                      WHERE status IN ('pending', 'sending')) \
              UNION ALL \
@@ -69,21 +71,25 @@ macro_rules! with_due {
          SELECT name FROM d WHERE name IS NOT NULL \
            AND EXISTS (SELECT 1 FROM forwards INDEXED BY forwards_due \
                        WHERE destination = d.name AND status IN ('pending', 'sending') \
-                         AND next_attempt_at <= ?1)"
+                         AND next_attempt_at <= ?1 AND (",
+            $due,
+            "))"
+        )
     };
 }
 
 /// Destinations with due deliveries that cannot go (not declared, or no
 /// usable key; `?2` the usable names, `?1` now).
 const WAITING: &str = concat!(
-    with_due!(),
+    with_due!("1"),
     " AND name NOT IN (SELECT value FROM json_each(?2))"
 );
 
 /// The usable (`?2`), not held destinations with deliveries due by `?1`
-/// (now less the grace): the ones the relay re-sends for, in order.
+/// (now less the grace), not in flight: the ones the relay re-sends for,
+/// in order. As `DUE` picks them, so that none takes a share for nothing.
 const ACTIVE: &str = concat!(
-    with_due!(),
+    with_due!("status = 'pending' OR lease_until <= ?1"),
     " AND name IN (SELECT value FROM json_each(?2)) AND name NOT IN (",
     held!(),
     ") ORDER BY name"
