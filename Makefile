@@ -56,8 +56,9 @@ build-minimal:
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	cargo clippy --target wasm32-unknown-unknown --workspace --exclude selftest -- -D warnings
-	cargo clippy --target wasm32-unknown-unknown --workspace --exclude selftest --no-default-features --features $(MINIMAL) -- -D warnings
+	cargo clippy --target wasm32-unknown-unknown -p webhook-engine -- -D warnings
+	cargo clippy --target wasm32-unknown-unknown -- -D warnings
+	cargo clippy --target wasm32-unknown-unknown --no-default-features --features $(MINIMAL) -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 unit:

@@ -1,5 +1,5 @@
 -- Forwarding: each verified event delivered to the destinations in
--- [vars.DESTINATIONS] (src/forward/). One row per (event, destination),
+-- [vars.DESTINATIONS] (crates/engine/src/forward/). One row per (event, destination),
 -- written in the event's effect batch with its ledger row, so a delivery
 -- exists exactly when the event was handled. Its key is the `webhook-id`
 -- the destination sees, the same on every attempt.

@@ -7,7 +7,7 @@
 // - `demos=false`: the demo effects, their tables, and every test that
 //   names them go.
 // - Any copy but all defaults starts its migrations clean (template/migrations/).
-// - `dashboard=false`: the dashboard's modules, feature and tests go.
+// - `dashboard=false`: the dashboard's feature and tests go (the engine keeps its modules).
 //
 // All three at their defaults leave the copy as the template is.
 import { execFileSync } from "node:child_process";

@@ -30,4 +30,3 @@ pub const EFFECTS: &Effects = &[
     ("github", "star.created", stars::created),
     ("github", "star.deleted", stars::deleted),
 ];
-

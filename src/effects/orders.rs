@@ -225,9 +225,9 @@ fn format_amount(minor: i64, currency: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use webhook_engine::effects::Value;
     use webhook_engine::effects::{plan_with, Plan};
     use webhook_engine::event::VerifiedEvent;
-    use webhook_engine::effects::Value;
     use webhook_engine::outbox;
 
     /// The batch the engine commits for `event` with the app's effects.
@@ -342,7 +342,8 @@ mod tests {
         let body = r#"{"created":1,"data":{"object":{"id":"cs_1","payment_status":"paid"}}}"#;
         let plan = plan(
             &VerifiedEvent::example("stripe", "checkout.session.completed", body),
-            2_000)
+            2_000,
+        )
         .unwrap();
         assert_eq!(plan.batch.len(), 2);
         assert!(plan.outbox_keys.is_empty());
@@ -358,7 +359,8 @@ mod tests {
         };
         let unpaid = plan(
             &VerifiedEvent::example("stripe", "checkout.session.completed", &body("unpaid")),
-            2)
+            2,
+        )
         .unwrap();
         assert!(
             unpaid.outbox_keys.is_empty(),
@@ -366,7 +368,8 @@ mod tests {
         );
         let paid = plan(
             &VerifiedEvent::example("stripe", "checkout.session.completed", &body("paid")),
-            2)
+            2,
+        )
         .unwrap();
         let mut later = VerifiedEvent::example(
             "stripe",
@@ -388,7 +391,8 @@ mod tests {
                 "checkout.session.async_payment_failed",
                 &body("unpaid"),
             ),
-            2);
+            2,
+        );
         assert!(failed.unwrap().outbox_keys.is_empty());
     }
 }

@@ -53,8 +53,8 @@ pub fn set_state(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use webhook_engine::event::VerifiedEvent;
     use webhook_engine::effects::Value;
+    use webhook_engine::event::VerifiedEvent;
 
     #[test]
     fn carries_the_event_time_as_the_version() {

@@ -10,12 +10,12 @@
 // needs: everything
 
 use idempotent_webhooks::effects::EFFECTS;
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use webhook_engine::effects::plan_with;
 use webhook_engine::event::VerifiedEvent;
 use webhook_engine::providers::{Identity, Provider, RawRequest, Rejection};
 use webhook_engine::signature::Secrets;
-use proptest::prelude::*;
-use proptest::test_runner::TestCaseError;
 
 mod requests;
 

@@ -4,12 +4,12 @@
 // needs: everything
 
 use hmac::{Hmac, Mac};
-use webhook_engine::providers::{self, Provider, RawRequest, VerifyContext};
-use webhook_engine::signature::Secrets;
-use webhook_engine::sources::SourceConfig;
 use proptest::prelude::*;
 use selftest::signers;
 use sha2::Sha256;
+use webhook_engine::providers::{self, Provider, RawRequest, VerifyContext};
+use webhook_engine::signature::Secrets;
+use webhook_engine::sources::SourceConfig;
 
 /// Valid for every provider: at least 8 bytes, and a `whsec_` that decodes
 /// to 24 bytes for Standard Webhooks and Svix.
@@ -56,7 +56,14 @@ pub fn source(provider: &str) -> SourceConfig {
     config
 }
 
+/// The app as the worker starts it: these effects, no provider of its own.
+static APP: webhook_engine::App = webhook_engine::App {
+    effects: idempotent_webhooks::effects::EFFECTS,
+    providers: &[],
+};
+
 pub fn build(provider: &str) -> Box<dyn Provider> {
+    webhook_engine::start(&APP);
     providers::build(&source(provider)).expect("a known provider")
 }
 

@@ -24,12 +24,6 @@ pub struct App {
     pub providers: &'static [(&'static str, Build)],
 }
 
-/// No effects and no providers of its own: what host tests run with.
-static NONE: App = App {
-    effects: &[],
-    providers: &[],
-};
-
 static APP: OnceLock<&'static App> = OnceLock::new();
 
 /// Starts the engine with the app: call it from `#[event(start)]`. Also
@@ -41,7 +35,24 @@ pub fn start(app: &'static App) {
     let _ = APP.set(app);
 }
 
-/// The app `start` was given.
-pub(crate) fn get() -> &'static App {
-    APP.get().copied().unwrap_or(&NONE)
+/// The app `start` was given; `None` if it never ran. Never an empty
+/// table in its place: an event planned without the app's effects would
+/// commit its ledger row and lose its effect for good.
+#[cfg(not(test))]
+pub(crate) fn get() -> Option<&'static App> {
+    APP.get().copied()
 }
+
+/// Host tests run without an app: no effects and no providers of its own.
+#[cfg(test)]
+pub(crate) fn get() -> Option<&'static App> {
+    static NONE: App = App {
+        effects: &[],
+        providers: &[],
+    };
+    Some(APP.get().copied().unwrap_or(&NONE))
+}
+
+/// Why an event waits when the app never called [`start`].
+pub(crate) const NOT_STARTED: &str =
+    "the app never called webhook_engine::start: its effects are unknown";

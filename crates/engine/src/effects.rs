@@ -60,11 +60,12 @@ pub type Effects = [(&'static str, &'static str, Planner)];
 /// `forward`). `now` (ms) stamps `processed_at` and the rows. `fault`
 /// (end-to-end tests only) may add a test side effect.
 pub(crate) fn plan(
+    effects: &Effects,
     event: &VerifiedEvent,
     now: i64,
     fault: Option<Fault>,
 ) -> Result<Plan, PlanError> {
-    let mut effect = effect(crate::app::get().effects, event, now)?;
+    let mut effect = effect(effects, event, now)?;
     if Fault::wants_side_effect(fault, !effect.side_effects.is_empty()) {
         let text = format!("test side effect of {}", event.key());
         effect.side_effects.push(ChatMessage { text }.post());
@@ -142,7 +143,7 @@ pub(crate) mod tests {
 
     #[test]
     fn an_event_without_an_effect_writes_its_ledger_row_alone() {
-        let plan = plan(&event("example", "ping", "{}"), 2_000, None).unwrap();
+        let plan = plan(&[], &event("example", "ping", "{}"), 2_000, None).unwrap();
         assert!(plan.outbox_keys.is_empty());
         assert_eq!(
             plan.batch,
@@ -160,7 +161,7 @@ pub(crate) mod tests {
             (Some(Fault::FailBeforeEffect), 1),
         ] {
             assert_eq!(
-                plan(&event, 2, fault).unwrap().batch.len(),
+                plan(&[], &event, 2, fault).unwrap().batch.len(),
                 rows,
                 "{fault:?}"
             );
@@ -170,9 +171,9 @@ pub(crate) mod tests {
     #[test]
     fn deliveries_commit_in_the_same_batch_after_the_ledger_row() {
         let mut event = event("example", "ping", "{}");
-        assert_eq!(plan(&event, 2, None).unwrap().batch.len(), 1);
+        assert_eq!(plan(&[], &event, 2, None).unwrap().batch.len(), 1);
         event.forward = Some(r#"{"to":["backend"],"headers":[]}"#.into());
-        let forwarded = plan(&event, 2, None).unwrap();
+        let forwarded = plan(&[], &event, 2, None).unwrap();
         assert_eq!(forwarded.batch.len(), 2);
         assert_eq!(forwarded.batch[0], ledger::row(&event, 2));
         assert!(forwarded.batch[1].sql.starts_with("INSERT INTO forwards"));

@@ -69,7 +69,7 @@ CREATE TABLE delivery_trend (
 ) WITHOUT ROWID;
 
 -- Deliveries to [vars.DESTINATIONS], one per (event, destination), and
--- each destination's circuit breaker (src/forward/).
+-- each destination's circuit breaker (crates/engine/src/forward/).
 CREATE TABLE forwards (
     delivery_id     TEXT    PRIMARY KEY, -- sha256(source, event id, "forward " + destination), hex
     source          TEXT    NOT NULL,

@@ -303,8 +303,11 @@ impl Inbox {
         }
         let plan = match plan {
             Planned::First(plan) => plan,
-            Planned::FromStore(stored) => effects::plan(event, now_ms(), stored)
-                .map_err(|e| format!("unplannable event: {e}"))?,
+            Planned::FromStore(stored) => {
+                let app = crate::app::get().ok_or(crate::app::NOT_STARTED)?;
+                effects::plan(app.effects, event, now_ms(), stored)
+                    .map_err(|e| format!("unplannable event: {e}"))?
+            }
         };
         let db = Db::from_env(&self.env).map_err(|e| e.to_string())?;
         let applied = ledger::apply(&db, event, &plan.batch)

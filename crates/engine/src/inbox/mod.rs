@@ -184,9 +184,19 @@ impl Inbox {
         let stored = self.store.stored_state()?;
         let plan = match stored {
             Some(_) => None,
-            None => match effects::plan(&event, now_ms(), fault) {
-                Ok(plan) => Some(plan),
-                Err(e) => return Response::error(e.to_string(), UNPLANNABLE).map(Received::from),
+            None => match crate::app::get() {
+                // Held back, not stored: the sender retries once it has.
+                None => {
+                    log::error(&Line::new("engine_not_started").error(crate::app::NOT_STARTED));
+                    return Response::error(crate::app::NOT_STARTED, NOT_STORED)
+                        .map(Received::from);
+                }
+                Some(app) => match effects::plan(app.effects, &event, now_ms(), fault) {
+                    Ok(plan) => Some(plan),
+                    Err(e) => {
+                        return Response::error(e.to_string(), UNPLANNABLE).map(Received::from)
+                    }
+                },
             },
         };
         // If the claim fails, nothing was stored, and the worker may say so.

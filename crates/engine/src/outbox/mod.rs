@@ -86,9 +86,7 @@ impl Action {
 }
 
 /// Actions an earlier release stored under another name.
-const RENAMED: &[(&str, Action)] = &[
-    ("send_receipt", Action::SendEmail),
-];
+const RENAMED: &[(&str, Action)] = &[("send_receipt", Action::SendEmail)];
 
 named_enum! {
     /// The states of an outbox row.

@@ -122,9 +122,21 @@ pub trait Provider {
 /// provider is compiled out or unknown.
 pub fn build(config: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
     let name = config.provider.as_str();
-    let own = crate::app::get().providers.iter().find(|(n, _)| *n == name);
-    if let Some((_, build)) = own {
-        return build(config);
+    let app = crate::app::get().ok_or_else(|| ConfigError(crate::app::NOT_STARTED.into()))?;
+    // The engine's names are its own: an app's provider cannot take one.
+    let engines = REGISTRY.iter().any(|entry| entry.names.contains(&name));
+    let own = app.providers.iter().find(|(n, _)| *n == name);
+    if let (Some((_, build)), false) = (own, engines) {
+        // Effects are dispatched on the provider's own name: the one its
+        // sources give it, and no other's.
+        let provider = build(config)?;
+        if provider.name() != name {
+            return Err(ConfigError(format!(
+                "provider {name} calls itself {}: its name() must be {name}",
+                provider.name()
+            )));
+        }
+        return Ok(provider);
     }
     let entry = REGISTRY.iter().find(|entry| entry.names.contains(&name));
     match entry {
@@ -132,7 +144,8 @@ pub fn build(config: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
             build: Some(build), ..
         }) => build(config),
         Some(entry) => Err(ConfigError(format!(
-            "provider {name} is not built in: build with the `{}` cargo feature",
+            "provider {name} is not built in: build with the `{0}` cargo feature \
+             (the app's, or webhook-engine/{0})",
             entry.feature
         ))),
         None => {
@@ -208,7 +221,8 @@ mod tests {
             for name in entry.names {
                 let built = build(&source(name)).err().map(|e| e.0);
                 let not_built = format!(
-                    "provider {name} is not built in: build with the `{}` cargo feature",
+                    "provider {name} is not built in: build with the `{0}` cargo feature \
+                     (the app's, or webhook-engine/{0})",
                     entry.feature
                 );
                 match entry.build {
