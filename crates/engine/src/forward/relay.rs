@@ -20,9 +20,10 @@ const ROWS_PER_RUN: usize = 1_000;
 /// re-sent once per grace period, not on every run (nor twice in one,
 /// whatever the grace). `?1` now less the grace, `?2` now, `?3` how many.
 /// Through `forwards_due`, by destination and due time: neither a held
-/// destination's backlog nor rows not yet due are read. The hold is in the key looked up (NULL when held, which
-/// finds nothing): as a condition beside it, SQLite checked it per row,
-/// and read the whole backlog (EXPLAIN QUERY PLAN and D1's rows read).
+/// destination's backlog nor rows not yet due are read. The hold is in the
+/// key looked up (NULL when held, which finds nothing): as a condition
+/// beside it, SQLite checked it per row, and read the whole backlog
+/// (EXPLAIN QUERY PLAN and D1's rows read).
 const DUE: &str = concat!(
     "UPDATE forwards SET next_attempt_at = ?2 WHERE delivery_id IN (\
          SELECT delivery_id FROM forwards INDEXED BY forwards_due \

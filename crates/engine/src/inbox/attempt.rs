@@ -128,6 +128,16 @@ impl Inbox {
         let after_first = matches!(plan, Planned::FromStore(_));
         self.effect_running.set(true);
         let result = self.run_effect(&event, fault, plan).await;
+        // The ledger row may be an operator's dismissal whose reply was lost
+        // (the event then went back to `failed`, and a copy reopened it):
+        // then it was never applied. Asked of D1 while still running, so
+        // that neither the alarm nor a replay starts another attempt.
+        let dismissed = match &result {
+            Ok(Applied::Earlier) if after_first => {
+                failed_events::dismissed(&self.env, &event).await
+            }
+            _ => Ok(false),
+        };
         self.effect_running.set(false);
         let error = match result {
             Ok(applied) => {
@@ -135,17 +145,7 @@ impl Inbox {
                     Applied::Replayed { of } => Some(of.clone()),
                     _ => None,
                 };
-                // The ledger row may be an operator's dismissal whose
-                // reply was lost (the event then went back to `failed`, and
-                // a copy reopened it): then it was never applied.
-                if applied == Applied::Earlier && after_first && {
-                    // Still running: neither the alarm nor a replay starts
-                    // another attempt while D1 is asked.
-                    self.effect_running.set(true);
-                    let dismissed = failed_events::dismissed(&self.env, &event).await;
-                    self.effect_running.set(false);
-                    dismissed?
-                } {
+                if dismissed? {
                     self.store.dismiss(EventState::Received, now_ms())?;
                     log::warn(&Line::new("event_dismissed").key(&event.key()));
                     return Ok(Tried::Dismissed);
