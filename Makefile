@@ -12,7 +12,7 @@ export WRANGLER_LOG_PATH := $(CURDIR)/.wrangler/logs
 # A build with fewer providers (and neither admin surface), checked too.
 MINIMAL := stripe,github
 
-.PHONY: dev sink test setup setup-test build build-minimal lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate template-check sizes gateway-bench dev-bench profile relay-bench
+.PHONY: dev sink test setup setup-test build build-minimal lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
@@ -106,6 +106,12 @@ deploy: setup
 ## as wrangler does (docs/deploy.md, "A long migration").
 migrate: setup
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" node scripts/deploy.mjs --migrations-only $(if $(STEPWISE),--stepwise "$(STEPWISE)")
+
+## Bring a newer engine into this copy: its code (crates/engine, whole)
+## and its new migrations, after yours. ENGINE is a directory or a version:
+## `make upgrade ENGINE=../idempotent-webhooks`. See docs/upgrades.md.
+upgrade:
+	node scripts/upgrade.mjs "$(ENGINE)"
 
 ## cargo generate from this checkout into a temporary directory, three
 ## copies (Stripe alone; GitHub and hmac; every default), each checked for

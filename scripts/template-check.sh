@@ -9,6 +9,10 @@
 # - then its whole test suite (`make test` but the installs: lint with
 #   warnings as errors, host tests, wasm builds, deploy validation, end to
 #   end in workerd).
+# - the upgrade drill, on the first copy: after its recipes, `make upgrade`
+#   to an engine changed in a test-only way (one new migration, and the
+#   answer to `GET /`), then its suite, with a test that sees both, passes
+#   with src/ untouched.
 # The copies: `providers=stripe demos=false dashboard=false`;
 # `providers=github,hmac demos=false dashboard=true`; seven providers with
 # Twilio first, without demos; all defaults. Installs
@@ -43,9 +47,53 @@ mkdir "$WORK/target"
 ALL="stripe github standard-webhooks svix shopify slack linear paddle twilio hmac"
 fail() { echo "template-check: $NAME: $*" >&2; exit 1; }
 
-# check <name> <providers> <demos> <dashboard> <recipes>
+# A newer engine for the drill: this one, with one more migration and a
+# changed answer to `GET /`.
+DRILL_ENGINE="$WORK/engine-next"
+cp -r "$WORK/template/crates/engine" "$DRILL_ENGINE"
+DRILL_MIGRATION="$(printf '%04d' $(($(ls "$DRILL_ENGINE/migrations" | wc -l) + 1)))_engine_upgrade_drill.sql"
+printf -- '-- The upgrade drill (scripts/template-check.sh).\nCREATE TABLE IF NOT EXISTS engine_upgrade_drill (id INTEGER PRIMARY KEY);\n' >"$DRILL_ENGINE/migrations/$DRILL_MIGRATION"
+sed -i 's|"idempotent webhook receiver: POST|"idempotent webhook receiver, upgraded: POST|' "$DRILL_ENGINE/src/lib.rs"
+grep -q "receiver, upgraded: POST" "$DRILL_ENGINE/src/lib.rs" || { echo "template-check: the drill's engine change did not apply" >&2; exit 1; }
+
+# drill: upgrades the copy in the current directory to $DRILL_ENGINE, and
+# adds the test that sees it (tests are not src/).
+drill() {
+    cp -r src "$WORK/$NAME-src-before"
+    ls migrations >"$WORK/$NAME-migrations-before"
+    make upgrade ENGINE="$DRILL_ENGINE"
+    diff -r "$WORK/$NAME-src-before" src >/dev/null || fail "make upgrade edited src/"
+    diff -r "$DRILL_ENGINE" crates/engine >/dev/null || fail "crates/engine is not the new engine"
+    ls migrations | head -n "$(wc -l <"$WORK/$NAME-migrations-before")" | diff "$WORK/$NAME-migrations-before" - >/dev/null ||
+        fail "make upgrade renamed a migration"
+    last=$(ls migrations | tail -n 1)
+    case "$last" in *_engine_upgrade_drill.sql) ;; *) fail "the engine's new migration is not last: $last" ;; esac
+    cat >tests/upgrade-drill.test.mjs <<'DRILL'
+// The upgrade drill (make template-check): the new engine's behaviour and
+// its migration's table reach this copy.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import { startWorker } from "./support/worker.mjs";
+
+let worker;
+before(async () => {
+  worker = await startWorker();
+});
+after(() => worker?.dispose());
+
+test("the upgraded engine answers GET / as it now does, and its migration ran", async () => {
+  const response = await worker.mf.dispatchFetch("http://localhost/");
+  assert.equal(response.status, 200);
+  assert.match(await response.text(), /^idempotent webhook receiver, upgraded: POST/);
+  assert.equal(await worker.scalar("SELECT name FROM sqlite_master WHERE name = 'engine_upgrade_drill'"), "engine_upgrade_drill");
+});
+DRILL
+}
+
+# check <name> <providers> <demos> <dashboard> <recipes> [drill]
 check() {
-    NAME=$1 PROVIDERS=$2 DEMOS=$3 DASHBOARD=$4 RECIPES=$5
+    NAME=$1 PROVIDERS=$2 DEMOS=$3 DASHBOARD=$4 RECIPES=$5 DRILL=${6:-}
     started=$(date +%s)
     cd "$WORK"
     cargo generate --path "$WORK/template" --name "$NAME" --destination "$WORK" \
@@ -82,6 +130,7 @@ check() {
     for recipe in $RECIPES; do
         node "$ROOT/scripts/template/apply-recipe.mjs" "$recipe"
     done
+    [ -z "$DRILL" ] || drill
 
     # The same npm packages and one build directory: nothing is downloaded
     # again, and the dependencies compile once.
@@ -95,10 +144,10 @@ check() {
     echo "template-check: $NAME ($PROVIDERS; demos $DEMOS; dashboard $DASHBOARD; recipes:$RECIPES) passed in $(($(date +%s) - started)) s; its wasm: $size bytes gzipped"
 }
 
-check hooks-stripe stripe false false " a b"
+check hooks-stripe stripe false false " a b" drill
 check hooks-github-hmac github,hmac false true " b"
 # The tests send the first declared source's events: here Twilio's, whose
 # signature covers the URL, with no demo and the dashboard.
 check hooks-twilio-first twilio,svix,slack,shopify,linear,paddle,standard-webhooks false true " b"
 check hooks-all "$(echo $ALL | tr ' ' ,)" true true " a b c"
-echo "template-check: four generated copies, their recipes and their whole suites pass"
+echo "template-check: four generated copies, their recipes, the upgrade drill and their whole suites pass"

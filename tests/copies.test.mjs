@@ -60,7 +60,7 @@ for (const [providers, demos, dashboard] of COMBINATIONS) {
       // Its Cargo.lock is what its first build would leave.
       execFileSync("cargo", ["metadata", "--format-version", "1", "--locked", "--offline"], { cwd: dir, stdio: "pipe" });
       const migrations = readdirSync(join(dir, "migrations")).sort();
-      assert.equal(migrations[0], "0001_init.sql");
+      assert.equal(migrations[0], "0001_engine_schema.sql");
       assert.deepEqual(migrations.map((file) => file.slice(0, 4)), migrations.map((_, i) => String(i + 1).padStart(4, "0")));
       const kept = (name) => migrations.some((file) => file.includes(name));
       assert.equal(kept("stripe_demos"), demos && providers.includes("stripe"));

@@ -256,7 +256,7 @@ for (const file of REBUILDS) {
 
 // needs: template
 describe("the clean history a generated copy starts from", () => {
-  const CLEAN = "scripts/template/migrations";
+  const CLEAN = ["crates/engine/migrations", "scripts/template/migrations"];
   const DEMO_TABLES = ["orders", "repo_stars", "subscriptions"];
   /** Each table's and index's shape (less `skip`'s), and whether it keeps a rowid. */
   async function shape(db, skip = []) {
@@ -269,10 +269,12 @@ describe("the clean history a generated copy starts from", () => {
     }
     return out;
   }
-  /** A database with the clean files whose names `keep` says yes to applied, in order. */
+  /** A database with the clean files whose names `keep` says yes to applied: the engine's, then the demos'. */
   async function clean(keep) {
     const db = fresh();
-    for (const file of readdirSync(CLEAN).sort().filter(keep)) await batch(db, unstable_splitSqlQuery(readFileSync(`${CLEAN}/${file}`, "utf8")));
+    for (const dir of CLEAN) {
+      for (const file of readdirSync(dir).sort().filter(keep)) await batch(db, unstable_splitSqlQuery(readFileSync(`${dir}/${file}`, "utf8")));
+    }
     return db;
   }
 

@@ -6,7 +6,8 @@
 //   go (a test item under its `// needs:` line).
 // - `demos=false`: the demo effects, their tables, and every test that
 //   names them go.
-// - Any copy but all defaults starts its migrations clean (template/migrations/).
+// - Any copy but all defaults starts its migrations clean: the engine's
+//   (crates/engine/migrations), then the kept demos' (template/migrations/).
 // - `dashboard=false`: the dashboard's feature and tests go (the engine keeps its modules).
 //
 // All three at their defaults leave the copy as the template is.
@@ -111,12 +112,14 @@ if (gone.length) {
   const effects = "src/effects/mod.rs";
   write(effects, cutItems(read(effects), new RegExp(`^(mod (${gone.join("|")});|\\s+\\("[a-z]+", "[a-z_.]+", (${gone.join("|")})::)`)));
 }
-// A copy starts its history clean: the schema the template's migrations end
-// with, and the kept demos' tables, numbered from 0001.
+// A copy starts its history clean: the engine's migrations (the schema the
+// template's history ends with), then the kept demos' tables, numbered from
+// 0001 under their own names (`make upgrade` finds the engine's by name).
 if (!everything) {
   for (const file of readdirSync("migrations")) rmSync(join("migrations", file));
-  const clean = readdirSync("scripts/template/migrations").sort();
-  const kept = clean.map((file) => [file, read(join("scripts/template/migrations", file))]).filter(([, sql]) => !fileNeedsMissing(sql, missing));
+  const from = (dir) => readdirSync(dir).sort().map((file) => [file, read(join(dir, file))]);
+  const clean = [...from("crates/engine/migrations"), ...from("scripts/template/migrations")];
+  const kept = clean.filter(([, sql]) => !fileNeedsMissing(sql, missing));
   kept.forEach(([file, sql], i) => write(join("migrations", `${String(i + 1).padStart(4, "0")}_${file.slice(5)}`), pruneNeeds(sql, missing)));
 }
 

@@ -119,6 +119,19 @@ ${recipes.join("\n")}
 
 Step by step, with the code: [docs/recipes.md](docs/recipes.md).
 
+## Upgrade
+
+\`src/\` is your app. The engine (\`crates/engine/\`, the crate
+\`webhook-engine\`) is not yours to edit: a newer one comes in whole, with
+its migrations after yours.
+
+\`\`\`sh
+make upgrade ENGINE=<checkout of the template, or version>
+make test
+\`\`\`
+
+How: [docs/upgrades.md](docs/upgrades.md).
+
 ## More
 
 - [docs/](docs/): the guarantees, every reply, configuration, providers,

@@ -1,6 +1,9 @@
--- The schema a copy starts from: the ledger, the outbox, forwarding, and
--- what operators see (the demo effects' tables, if kept, follow). Add your effect's tables
--- in a new file after the last (`wrangler d1 migrations create DB <what>`).
+-- The engine's schema: the ledger, the outbox, forwarding, and what
+-- operators see. A copy holds this file next to its own migrations (the
+-- demo effects' tables, if kept, follow it); `make upgrade` appends the
+-- engine's later files after the owner's, never renumbering one.
+-- IF NOT EXISTS: a database that the template's history (0001-0011) built
+-- already has all of it, and takes this file as a no-op.
 
 -- The ledger: one row per event whose effect has committed. Its primary key
 -- is what makes an effect happen once: every effect batch inserts here first,
@@ -8,7 +11,7 @@
 -- Where the signature does not cover the event id, fence_sha256 (the signed
 -- content's SHA-256) is unique per source: a signed body resent under a
 -- fresh id is a duplicate too.
-CREATE TABLE processed_events (
+CREATE TABLE IF NOT EXISTS processed_events (
     source       TEXT    NOT NULL,
     event_id     TEXT    NOT NULL,
     type         TEXT    NOT NULL,
@@ -17,11 +20,11 @@ CREATE TABLE processed_events (
     fence_sha256 TEXT,
     PRIMARY KEY (source, event_id)
 ) WITHOUT ROWID;
-CREATE UNIQUE INDEX processed_events_fence ON processed_events (source, fence_sha256)
+CREATE UNIQUE INDEX IF NOT EXISTS processed_events_fence ON processed_events (source, fence_sha256)
     WHERE fence_sha256 IS NOT NULL;
 
 -- Side effects as intent, written in the effect's own transaction.
-CREATE TABLE outbox (
+CREATE TABLE IF NOT EXISTS outbox (
     idempotency_key TEXT PRIMARY KEY,   -- sha256(source, event id, action), hex
     source          TEXT    NOT NULL,
     event_id        TEXT    NOT NULL,
@@ -37,12 +40,12 @@ CREATE TABLE outbox (
     updated_at      INTEGER NOT NULL,
     dead_lettered_at INTEGER            -- ms; when a dead row's copy reached the dead-letter queue
 ) WITHOUT ROWID;
-CREATE INDEX outbox_due ON outbox (status, next_attempt_at);
-CREATE INDEX outbox_alerts ON outbox (created_at) WHERE action = 'notify_operator';
-CREATE INDEX outbox_dead_letters ON outbox (updated_at) WHERE status = 'dead' AND dead_lettered_at IS NULL;
+CREATE INDEX IF NOT EXISTS outbox_due ON outbox (status, next_attempt_at);
+CREATE INDEX IF NOT EXISTS outbox_alerts ON outbox (created_at) WHERE action = 'notify_operator';
+CREATE INDEX IF NOT EXISTS outbox_dead_letters ON outbox (updated_at) WHERE status = 'dead' AND dead_lettered_at IS NULL;
 
 -- Events whose effect gave up, for operators to replay or dismiss.
-CREATE TABLE failed_events (
+CREATE TABLE IF NOT EXISTS failed_events (
     source       TEXT    NOT NULL,
     event_id     TEXT    NOT NULL,
     type         TEXT    NOT NULL,
@@ -54,13 +57,13 @@ CREATE TABLE failed_events (
 );
 
 -- Per-source delivery counters, and their trend by minute.
-CREATE TABLE source_counters (
+CREATE TABLE IF NOT EXISTS source_counters (
     source  TEXT    NOT NULL,
     counter TEXT    NOT NULL,
     value   INTEGER NOT NULL,
     PRIMARY KEY (source, counter)
 );
-CREATE TABLE delivery_trend (
+CREATE TABLE IF NOT EXISTS delivery_trend (
     minute  INTEGER NOT NULL,   -- minutes since the Unix epoch, UTC
     source  TEXT    NOT NULL,
     outcome TEXT    NOT NULL,
@@ -70,7 +73,7 @@ CREATE TABLE delivery_trend (
 
 -- Deliveries to [vars.DESTINATIONS], one per (event, destination), and
 -- each destination's circuit breaker (crates/engine/src/forward/).
-CREATE TABLE forwards (
+CREATE TABLE IF NOT EXISTS forwards (
     delivery_id     TEXT    PRIMARY KEY, -- sha256(source, event id, "forward " + destination), hex
     source          TEXT    NOT NULL,
     event_id        TEXT    NOT NULL,
@@ -89,15 +92,15 @@ CREATE TABLE forwards (
     updated_at      INTEGER NOT NULL
 ) WITHOUT ROWID;
 -- The cron relay's scan: unfinished rows, by destination and when they are due.
-CREATE INDEX forwards_due ON forwards (destination, next_attempt_at) WHERE status IN ('pending', 'sending');
+CREATE INDEX IF NOT EXISTS forwards_due ON forwards (destination, next_attempt_at) WHERE status IN ('pending', 'sending');
 -- A destination's backlog, oldest first (the drain, the probes, the console).
-CREATE INDEX forwards_by_destination ON forwards (destination, status, created_at);
+CREATE INDEX IF NOT EXISTS forwards_by_destination ON forwards (destination, status, created_at);
 -- An event's deliveries (its console page).
-CREATE INDEX forwards_by_event ON forwards (source, event_id);
+CREATE INDEX IF NOT EXISTS forwards_by_event ON forwards (source, event_id);
 
 -- A destination's circuit breaker and the operators' switches. A row
 -- appears with the first failure or action; no row means closed.
-CREATE TABLE destinations (
+CREATE TABLE IF NOT EXISTS destinations (
     name        TEXT    PRIMARY KEY,
     state       TEXT    NOT NULL DEFAULT 'closed', -- closed | open | disabled (a 410)
     paused      INTEGER NOT NULL DEFAULT 0,        -- an operator's pause

@@ -1,0 +1,130 @@
+// `make upgrade ENGINE=<path>` (scripts/upgrade.mjs) on a copy: the engine's
+// code replaced whole, its new migrations appended after the copy's own,
+// numbered in sequence, none renamed; a second run changes nothing; a bad
+// ENGINE, or uncommitted edits to the engine, change nothing. No build:
+// `make template-check`'s upgrade drill builds and tests an upgraded copy.
+import assert from "node:assert/strict";
+import { execFileSync, spawnSync } from "node:child_process";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { after, test } from "node:test";
+
+const SCRIPT = resolve("scripts/upgrade.mjs");
+const work = mkdtempSync(join(tmpdir(), "upgrade-"));
+after(() => rmSync(work, { recursive: true, force: true }));
+let made = 0;
+
+/** A copy: this checkout's engine and migrations, and one of the owner's. */
+function copy() {
+  const dir = join(work, `copy-${made++}`);
+  cpSync("crates/engine", join(dir, "crates/engine"), { recursive: true });
+  cpSync("migrations", join(dir, "migrations"), { recursive: true });
+  const last = readdirSync(join(dir, "migrations")).sort().at(-1);
+  writeFileSync(join(dir, "migrations", `${String(Number(last.slice(0, 4)) + 1).padStart(4, "0")}_invoices.sql`), "CREATE TABLE invoices (id TEXT PRIMARY KEY);\n");
+  return dir;
+}
+
+/** A newer engine: one new migration, one changed file, one file gone. */
+function newer() {
+  const dir = join(work, `engine-${made++}`);
+  cpSync("crates/engine", dir, { recursive: true });
+  const engine = readdirSync(join(dir, "migrations")).sort();
+  const number = String(engine.length + 1).padStart(4, "0");
+  writeFileSync(join(dir, "migrations", `${number}_engine_drill.sql`), "CREATE TABLE IF NOT EXISTS engine_drill (x INTEGER);\n");
+  writeFileSync(join(dir, "src", "clock.rs"), `${readFileSync(join(dir, "src", "clock.rs"), "utf8")}// newer\n`);
+  writeFileSync(join(dir, "GONE.md"), "");
+  return dir;
+}
+
+// The engine's own files (crates/engine/migrations) are in migrations/ under
+// their names, unchanged and in the engine's order: what `make upgrade`
+// relies on to append only the files a copy lacks.
+test("migrations/ holds every engine migration, unchanged, in the engine's order", () => {
+  const ENGINE = "crates/engine/migrations";
+  const engine = readdirSync(ENGINE).sort();
+  assert.ok(engine.length > 0);
+  const named = (file) => file.slice(5);
+  const here = readdirSync("migrations").sort().filter((file) => engine.some((e) => named(e) === named(file)));
+  assert.deepEqual(here.map(named), engine.map(named));
+  for (const [i, file] of here.entries()) assert.equal(readFileSync(`migrations/${file}`, "utf8"), readFileSync(`${ENGINE}/${engine[i]}`, "utf8"), file);
+});
+
+const upgrade = (cwd, engine) => spawnSync("node", [SCRIPT, engine], { cwd, encoding: "utf8" });
+const list = (dir) => readdirSync(join(dir, "migrations")).sort();
+const tree = (dir) => execFileSync("find", [".", "-type", "f"], { cwd: dir, encoding: "utf8" }).split("\n").sort().join("\n");
+
+test("the new engine's code replaces crates/engine whole, its new migration lands after the owner's", () => {
+  const dir = copy();
+  const engine = newer();
+  rmSync(join(engine, "GONE.md"));
+  writeFileSync(join(dir, "crates/engine/GONE.md"), "an old engine's file");
+  const before = list(dir);
+  const run = upgrade(dir, engine);
+  assert.equal(run.status, 0, run.stderr);
+  assert.equal(tree(join(dir, "crates/engine")), tree(engine));
+  assert.match(readFileSync(join(dir, "crates/engine/src/clock.rs"), "utf8"), /\/\/ newer\n$/);
+  const now = list(dir);
+  const next = String(Number(before.at(-1).slice(0, 4)) + 1).padStart(4, "0");
+  assert.deepEqual(now, [...before, `${next}_engine_drill.sql`]);
+  assert.equal(readFileSync(join(dir, "migrations", now.at(-1)), "utf8"), readFileSync(join(engine, "migrations", readdirSync(join(engine, "migrations")).sort().at(-1)), "utf8"));
+  assert.match(run.stdout, new RegExp(`new migrations: migrations/${next}_engine_drill\\.sql`));
+
+  // Again: nothing new.
+  const again = upgrade(dir, engine);
+  assert.equal(again.status, 0, again.stderr);
+  assert.deepEqual(list(dir), now);
+  assert.match(again.stdout, /no new migration/);
+});
+
+test("a checkout's root is an engine too (its crates/engine)", () => {
+  const dir = copy();
+  const checkout = join(work, `checkout-${made++}`);
+  mkdirSync(join(checkout, "crates"), { recursive: true });
+  cpSync(newer(), join(checkout, "crates/engine"), { recursive: true });
+  const run = upgrade(dir, checkout);
+  assert.equal(run.status, 0, run.stderr);
+  assert.ok(list(dir).at(-1).endsWith("_engine_drill.sql"));
+});
+
+test("this checkout's own engine migrations are all there: upgrading to itself adds none", () => {
+  const dir = copy();
+  const run = upgrade(dir, resolve("crates/engine"));
+  assert.equal(run.status, 0, run.stderr);
+  assert.match(run.stdout, /no new migration/);
+});
+
+test("an ENGINE that is no engine, or no version, changes nothing", () => {
+  const dir = copy();
+  const before = tree(dir);
+  for (const [engine, why] of [
+    [join(work), /holds no webhook-engine/],
+    ["not-a-version", /neither a directory nor a version/],
+    ["", /say which engine/],
+    [resolve(dir, "crates/engine"), /this copy's own crates\/engine/],
+  ]) {
+    const run = upgrade(dir, engine);
+    assert.equal(run.status, 1, engine);
+    assert.match(run.stderr, why);
+    assert.equal(tree(dir), before);
+  }
+  const nowhere = upgrade(work, newer());
+  assert.equal(nowhere.status, 1);
+  assert.match(nowhere.stderr, /run it in a copy's root/);
+});
+
+test("edits to crates/engine that git has not committed stop it, before anything changes", () => {
+  const dir = copy();
+  const git = (...args) => execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.com", ...args], { cwd: dir, stdio: "pipe" });
+  git("init", "-q");
+  git("add", ".");
+  git("commit", "-q", "-m", "copy");
+  writeFileSync(join(dir, "crates/engine/src/clock.rs"), "// mine\n");
+  const before = tree(dir);
+  const run = upgrade(dir, newer());
+  assert.equal(run.status, 1);
+  assert.match(run.stderr, /changes git has not committed/);
+  assert.equal(tree(dir), before);
+  assert.equal(readFileSync(join(dir, "crates/engine/src/clock.rs"), "utf8"), "// mine\n");
+  assert.ok(!existsSync(join(dir, "migrations", "engine_drill.sql")));
+});
