@@ -52,7 +52,8 @@ build-minimal:
 	rm -rf "target/variants/$(MINIMAL)" && mkdir -p target/variants && cp -r build "target/variants/$(MINIMAL)"
 
 ## Formatting, clippy (host, the wasm, the $(MINIMAL) wasm) and the
-## API docs, all without a warning.
+## API docs, all without a warning; the engine packaged as crates.io would
+## take it (never published from here).
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
@@ -60,6 +61,7 @@ lint:
 	cargo clippy --target wasm32-unknown-unknown -- -D warnings
 	cargo clippy --target wasm32-unknown-unknown --no-default-features --features $(MINIMAL) -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+	cargo package -p webhook-engine --allow-dirty --quiet
 
 unit:
 	cargo test --workspace

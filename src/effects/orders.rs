@@ -308,7 +308,7 @@ mod tests {
         let body = r#"{"created":1,"data":{"object":{"id":"cs_1","amount_total":4205,"currency":"eur",
             "customer_details":{"email":"a@b.c"}}}}"#;
         let side_effect = receipt(&CheckoutSession::from_event(body).unwrap()).unwrap();
-        let email: Email = serde_json::from_str(&side_effect.payload).unwrap();
+        let email: Email = serde_json::from_str(side_effect.payload()).unwrap();
         assert_eq!(email.to, "a@b.c");
         assert_eq!(
             email.text,

@@ -105,7 +105,7 @@ mod tests {
     fn the_message_names_who_and_what() {
         let body = r#"{"action":"created","starred_at":"2026-01-01T00:00:00Z","repository":{"full_name":"octo/cat"},"sender":{"login":"mona"}}"#;
         let side_effect = message(&StarEvent::from_event(body, true).unwrap()).post();
-        assert_eq!(side_effect.payload, r#"{"text":"mona starred octo/cat"}"#);
+        assert_eq!(side_effect.payload(), r#"{"text":"mona starred octo/cat"}"#);
     }
 
     #[test]

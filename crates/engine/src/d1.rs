@@ -9,10 +9,13 @@
 //! one decoder in the wasm, and a list is one value, not a JS array of
 //! objects. A single text column is read as it is ([`Db::text`]).
 
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 use std::marker::PhantomData;
 
 use serde::de::DeserializeOwned;
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 use serde::Serialize;
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 use serde_json::value::RawValue;
 use worker::wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, Env, Result};
@@ -22,10 +25,13 @@ use crate::log::{self, Line};
 /// A bound SQL parameter.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
+    /// A string.
     Text(String),
+    /// An integer.
     Int(i64),
     /// A number compared back exactly as it was read (an outbox lease).
     Real(f64),
+    /// SQL NULL.
     Null,
 }
 
@@ -74,11 +80,15 @@ impl Value {
 /// One SQL statement and its parameters (`?1`, `?2`, … in order).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Statement {
+    /// The SQL, with `?1`, `?2`, … for the parameters; a constant, so that
+    /// no value is ever spliced into it.
     pub sql: &'static str,
+    /// The values bound to `?1`, `?2`, … in order.
     pub params: Vec<Value>,
 }
 
 impl Statement {
+    /// The statement `sql` with `params` bound in order.
     pub fn new(sql: &'static str, params: Vec<Value>) -> Self {
         Statement { sql, params }
     }
@@ -132,6 +142,7 @@ impl Db {
             .unwrap_or(0))
     }
 
+    #[cfg(any(feature = "admin", feature = "dashboard"))]
     /// The first row's `json` column, decoded: `None` when the statement
     /// returns no row.
     pub async fn row<T: DeserializeOwned>(&self, statement: &Statement) -> Result<Option<T>> {
@@ -141,6 +152,7 @@ impl Db {
         }
     }
 
+    #[cfg(any(feature = "admin", feature = "dashboard"))]
     /// The first row's `json` column as it is, to pass on or decode.
     pub async fn json<T>(&self, statement: &Statement) -> Result<Option<Json<T>>> {
         match self.text(statement, "json").await? {
@@ -223,6 +235,7 @@ fn missing_tables(error: &str) -> bool {
     error.contains("no such table")
 }
 
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 /// JSON text standing for a `T`, as SQLite (or an inbox) built it: passed
 /// on as is where it is only forwarded (the admin API), decoded where it is
 /// read (the dashboard). Serializes as the text itself.
@@ -234,6 +247,7 @@ pub struct Json<T> {
     of: PhantomData<T>,
 }
 
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 impl<T> Json<T> {
     /// Checks the text is JSON (not that it is a `T`).
     pub fn new(text: String) -> Result<Self> {
@@ -244,6 +258,7 @@ impl<T> Json<T> {
     }
 }
 
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 impl<T: DeserializeOwned> Json<T> {
     pub fn decode(&self) -> Result<T> {
         Ok(serde_json::from_str(self.raw.get())?)

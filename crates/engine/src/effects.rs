@@ -25,7 +25,10 @@ pub type Planner = fn(&VerifiedEvent, i64) -> Result<Effect, PlanError>;
 /// they have committed (an email, a chat message: see `outbox`).
 #[derive(Debug, Default)]
 pub struct Effect {
+    /// The SQL it runs, in order, in the event's one transaction.
     pub writes: Vec<Statement>,
+    /// What to do outside D1 once that transaction has committed, each
+    /// once under its own idempotency key.
     pub side_effects: Vec<SideEffect>,
 }
 
@@ -36,7 +39,12 @@ pub struct Effect {
 pub enum PlanError {
     /// Not the JSON the effect reads: a field missing or of another type.
     #[error("the body is not what this event's effect reads (line {line}, column {column})")]
-    Unreadable { line: usize, column: usize },
+    Unreadable {
+        /// Where serde stopped reading: the line in the body…
+        line: usize,
+        /// …and the column.
+        column: usize,
+    },
     /// Readable, but not what its event type says it is.
     #[error("the body is not {0}")]
     NotA(&'static str),
@@ -46,8 +54,12 @@ pub enum PlanError {
 /// forward rows it writes (to enqueue once it has committed).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
+    /// The ledger row, the effect's writes, its outbox rows and its
+    /// deliveries, in the order they run.
     pub batch: Vec<Statement>,
+    /// The idempotency keys of its outbox rows.
     pub outbox_keys: Vec<String>,
+    /// The ids of its deliveries to destinations.
     pub forward_ids: Vec<String>,
 }
 
@@ -115,12 +127,17 @@ fn batch(event: &VerifiedEvent, effect: Effect, now: i64) -> Plan {
 /// A Stripe event: its creation time and `data.object`.
 #[derive(serde::Deserialize)]
 pub struct StripeEvent<T> {
+    /// When Stripe created the event, in seconds since the epoch: what
+    /// orders two events about one object.
     pub created: i64,
+    /// Its payload.
     pub data: StripeData<T>,
 }
 
+/// A Stripe event's `data`.
 #[derive(serde::Deserialize)]
 pub struct StripeData<T> {
+    /// The object the event is about (a checkout session, a subscription).
     pub object: T,
 }
 

@@ -1,67 +1,155 @@
-//! An idempotent webhook receiver for Cloudflare Workers: the engine. An
-//! app gives it its effects and any provider of its own ([`App`], handed
-//! over by [`start`]), and calls [`fetch`], [`queue`] and [`scheduled`]
+#![deny(missing_docs)]
+//! Receive webhooks on Cloudflare Workers idempotently: one event, one
+//! business effect, however many times and however concurrently it
+//! arrives. The engine is everything but your effects: verification, the
+//! Durable Object per event, the ledger, the outbox, forwarding, the admin
+//! API and dashboard. Your app hands it an [`App`] (your effects, and any
+//! provider of your own) and calls [`fetch`], [`queue`] and [`scheduled`]
 //! from the worker's entry points.
 //!
-//! A tour, in the order a delivery travels:
+//! # A delivery
 //!
-//! - [`receive`]: `POST /webhooks/{source}` — caps the body, verifies the
-//!   signature on the raw bytes, reads the provider's stable event id.
-//! - [`sources`]: `[vars.SOURCES]` — each source's provider, secret and options.
-//! - [`providers`]: one file per provider behind one trait, listed in one
-//!   registry; [`signature`] holds the HMAC, constant-time and time-window pieces
-//!   they share. An app adds its own through [`App::providers`].
-//! - [`event`](mod@event): the verified, provider-independent event handed onward.
-//! - [`inbox`]: the `EventInbox` Durable Object, one per `"{source}:{id}"`.
-//!   It serializes duplicates, claims the event with synchronous SQL, stores
-//!   it before replying, and retries an unfinished effect from its alarm;
-//!   its state machine is pure code in `inbox/state.rs`.
-//! - [`effects`]: what an event changes in D1 (the app's [`App::effects`]),
-//!   applied in one batch with the [`ledger`] row that makes it happen
-//!   once, and the outbox rows of its side effects.
-//! - [`forward`]: with no code, events are also delivered to your own
-//!   endpoints (`[vars.DESTINATIONS]`), once per destination, signed as
-//!   Standard Webhooks, retried, with a breaker per destination.
-//! - [`outbox`]: after the commit, side effects (an `Email`, a
-//!   `ChatMessage`) go through a Queue; the consumer performs each once,
-//!   under its own idempotency key, and a cron relay re-sends what a lost
-//!   message left behind. **Add a kind of call** there: one file and one
-//!   `Action` variant.
-//! - [`admin`]: `/admin/api/…` behind a bearer token and the `/admin`
-//!   dashboard — events, their deliveries and side effects, replay, dismiss,
-//!   requeue. **Add an endpoint** in `admin/api.rs`, reading through
-//!   `admin/queries.rs`. [`admin_guard`]: the Durable Objects that count
-//!   wrong tokens per client and overall, and remember signed-out sessions.
+//! 1. `POST /webhooks/{source}` reaches [`fetch`]. It caps the body, finds
+//!    the source in `[vars.SOURCES]` ([`sources::SourceConfig`]), and checks
+//!    the signature on the raw bytes with the source's
+//!    [`Provider`](providers::Provider), before parsing anything. Then it
+//!    reads the provider's stable event id: a [`VerifiedEvent`](event::VerifiedEvent).
+//! 2. The event goes to the [`EventInbox`] Durable Object named
+//!    `"{source}:{id}"`. Concurrent copies queue on that one object. It
+//!    claims the id in its own SQLite storage and stores the event before
+//!    anyone gets an answer.
+//! 3. The inbox plans the effect: the [`Planner`](effects::Planner) that
+//!    [`App::effects`] lists for the event's provider and type returns an
+//!    [`Effect`](effects::Effect) (SQL writes, side effects). The ledger
+//!    row, the writes, one outbox row per side effect and the deliveries to
+//!    your destinations commit in ONE D1 batch. A second attempt fails on
+//!    the ledger row's key and changes nothing.
+//! 4. After the commit, each side effect ([`Email`](outbox::Email),
+//!    [`ChatMessage`](outbox::ChatMessage), [`HttpCall`](outbox::HttpCall))
+//!    goes through a Queue: [`queue`] performs it once, under its own
+//!    idempotency key. [`scheduled`] re-sends what a lost message left
+//!    behind, and forwards events to your destinations.
+//! 5. A failed effect retries from the inbox's alarm. An event that spends
+//!    its retries is listed as failed, for an operator to replay or dismiss
+//!    (the `admin` API and the `dashboard`).
 //!
-//! Shared chores, one way each: [`config`] (vars and secrets, errors that
-//! name the variable), [`d1`] (statements and typed rows), [`clock`],
-//! [`log`] (one JSON object per line), [`names`] (the names enums are
-//! stored under), [`http`] (capped bodies, outgoing POSTs), [`failed_events`] and [`stats`] (what operators see), and
-//! [`fault`] (the faults the end-to-end tests inject).
+//! # An app
+//!
+//! A whole worker: one effect, and the entry points. The effect's table
+//! comes in a migration of the app's; the engine's own are in its
+//! `migrations/`.
+//!
+//! ```
+//! use webhook_engine::effects::{parse, Effect, Effects, PlanError, Statement, StripeEvent};
+//! use webhook_engine::event::VerifiedEvent;
+//! use webhook_engine::outbox::Email;
+//! use webhook_engine::App;
+//! use worker::wasm_bindgen::JsValue;
+//! use worker::{event, Context, Env, MessageBatch, Request, Response, ScheduleContext, ScheduledEvent};
+//!
+//! // The engine's Durable Objects, exported under the names wrangler.toml binds.
+//! pub use webhook_engine::{AdminGuard, EventInbox};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Invoice {
+//!     id: String,
+//!     amount_paid: i64,
+//!     customer_email: Option<String>,
+//! }
+//!
+//! /// `invoice.paid`: the invoice is recorded as paid, and one receipt is sent.
+//! fn invoice_paid(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
+//!     let invoice = parse::<StripeEvent<Invoice>>(&event.body)?.data.object;
+//!     let writes = vec![Statement::new(
+//!         "INSERT INTO invoices (id, amount, paid_at) VALUES (?1, ?2, ?3)",
+//!         vec![invoice.id.as_str().into(), invoice.amount_paid.into(), now.into()],
+//!     )];
+//!     let receipt = invoice.customer_email.map(|to| {
+//!         let text = format!("Invoice {} is paid.", invoice.id);
+//!         Email { to, subject: "Your receipt".into(), text }.send().about("invoice", &invoice.id)
+//!     });
+//!     Ok(Effect { writes, side_effects: receipt.into_iter().collect() })
+//! }
+//!
+//! /// Which effect each event gets: `(provider, event type, planner)`.
+//! const EFFECTS: &Effects = &[("stripe", "invoice.paid", invoice_paid)];
+//!
+//! static APP: App = App { effects: EFFECTS, providers: &[] };
+//!
+//! #[event(start)]
+//! fn start() {
+//!     webhook_engine::start(&APP);
+//! }
+//!
+//! #[event(fetch)]
+//! async fn fetch(req: Request, env: Env, ctx: Context) -> worker::Result<Response> {
+//!     webhook_engine::fetch(req, env, ctx).await
+//! }
+//!
+//! #[event(queue)]
+//! async fn queue(batch: MessageBatch<JsValue>, env: Env, _ctx: Context) -> worker::Result<()> {
+//!     webhook_engine::queue(batch, env).await
+//! }
+//!
+//! #[event(scheduled)]
+//! async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+//!     webhook_engine::scheduled(event, env).await
+//! }
+//! # fn main() {
+//! #     let event = VerifiedEvent::example("stripe", "invoice.paid",
+//! #         r#"{"created":1,"data":{"object":{"id":"in_1","amount_paid":900,"customer_email":"a@b.c"}}}"#);
+//! #     let plan = webhook_engine::effects::plan_with(EFFECTS, &event, 5).unwrap();
+//! #     assert_eq!(plan.batch.len(), 3); // the ledger row, the insert, the receipt's outbox row
+//! # }
+//! ```
+//!
+//! A provider of your own implements [`Provider`](providers::Provider) and
+//! takes its line in [`App::providers`]: `("acme-pay", acme_pay::build)`.
+//!
+//! # Features
+//!
+//! Each provider is a feature (`stripe`, `github`, `standard-webhooks`
+//! with `svix`, `shopify`, `slack`, `linear`, `paddle`, `twilio`,
+//! `generic-hmac`), as are the admin API (`admin`) and the dashboard
+//! (`dashboard`); all are on by default. A source whose provider is
+//! compiled out is refused with a message naming the feature.
+//!
+//! # Inside
+//!
+//! In the order a delivery travels: `receive.rs`, `providers/`, `inbox/`
+//! (its state machine is pure code in `inbox/state.rs`), `effects.rs` and
+//! `ledger.rs`, `forward/`, `outbox/`, `admin/` and `admin_guard/`. Shared
+//! chores, one way each: `config/`, `d1.rs`, `clock.rs`, `log.rs`,
+//! `names.rs`, `http.rs`, `failed_events.rs`, `stats/`, `fault.rs` (the
+//! faults the end-to-end tests inject).
 
 #[cfg(any(feature = "admin", feature = "dashboard"))]
-pub mod admin;
-pub mod admin_guard;
+mod admin;
+// `#[durable_object]`'s generated bindings carry no docs.
+#[allow(missing_docs)]
+mod admin_guard;
 pub mod app;
-pub mod clock;
-pub mod config;
-pub mod d1;
+mod clock;
+mod config;
+mod d1;
 pub mod effects;
 pub mod event;
-pub mod failed_events;
-pub mod fault;
-pub mod forward;
-pub mod http;
-pub mod inbox;
-pub mod ledger;
-pub mod log;
-pub mod names;
+mod failed_events;
+mod fault;
+mod forward;
+mod http;
+// `#[durable_object]`'s generated bindings carry no docs.
+#[allow(missing_docs)]
+mod inbox;
+mod ledger;
+mod log;
+mod names;
 pub mod outbox;
 pub mod providers;
-pub mod receive;
+mod receive;
 pub mod signature;
 pub mod sources;
-pub mod stats;
+mod stats;
 
 use worker::wasm_bindgen::JsValue;
 use worker::{Context, Env, MessageBatch, Method, Request, Response, Result, ScheduledEvent};

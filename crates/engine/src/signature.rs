@@ -17,6 +17,7 @@ type HmacSha256 = Hmac<Sha256>;
 pub struct Tag(HmacSha256);
 
 impl Tag {
+    /// The HMAC-SHA256 under `key` of `parts`, read one after another.
     pub fn sha256(key: &[u8], parts: &[&[u8]]) -> Self {
         // HMAC takes keys of any length; this cannot fail.
         let mut mac = HmacSha256::new_from_slice(key).expect("HMAC accepts any key length");
@@ -37,6 +38,7 @@ impl Tag {
         hex::encode(self.bytes())
     }
 
+    /// The tag's 32 bytes (for providers that send it in base64).
     pub fn bytes(&self) -> Vec<u8> {
         self.0.clone().finalize().into_bytes().to_vec()
     }
@@ -104,6 +106,7 @@ impl Secrets {
         )
     }
 
+    /// Each secret's bytes, in the order they were configured.
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
         self.0.iter().map(Vec::as_slice)
     }
@@ -134,6 +137,7 @@ pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
     base64::engine::general_purpose::STANDARD.decode(text).ok()
 }
 
+/// Standard base64, with padding: what a provider signing in base64 sends.
 pub fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)

@@ -25,6 +25,7 @@ use crate::event;
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
+    /// The provider that verifies its requests (`stripe`, or an app's own).
     pub provider: String,
     /// The variable holding the secret(s); default `{NAME}_WEBHOOK_SECRET`.
     pub secret: Option<String>,

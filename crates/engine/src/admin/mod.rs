@@ -244,6 +244,7 @@ impl Query {
     }
 
     /// `limit`: 50 by default, 1 to 500.
+    #[cfg(feature = "admin")]
     pub fn limit(&self) -> u32 {
         self.get("limit")
             .and_then(|l| l.parse::<u32>().ok())

@@ -25,6 +25,9 @@ const TABLE: &str = "CREATE TABLE IF NOT EXISTS guard (
         revoked_until INTEGER NOT NULL DEFAULT 0
     )";
 
+/// The Durable Object that counts wrong admin tokens (per client, and
+/// overall) and remembers signed-out sessions: export it from the app
+/// (`pub use webhook_engine::AdminGuard;`) as `ADMIN_GUARD` binds it.
 #[durable_object]
 pub struct AdminGuard {
     state: State,

@@ -35,6 +35,7 @@ impl Verdict {
         }
     }
 
+    #[cfg(any(feature = "admin", feature = "dashboard"))]
     pub(super) fn parse(text: &str) -> Option<Verdict> {
         match text.split_once(' ') {
             Some(("refused", secs)) => secs
@@ -68,6 +69,7 @@ pub fn decide(failures: i64, pressed: bool, valid: bool, window_left_ms: i64) ->
     }
 }
 
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 /// Who is guessing: the connecting address, an IPv6 one by its /64 (one
 /// machine commonly holds a whole /64, and could otherwise rotate through
 /// it). `unknown` where the platform gave none, or something else (a local

@@ -13,7 +13,9 @@ mod values;
 
 pub use self::table::{is_variable_name, table, without_values, Entries};
 
-use self::values::{check_admin_token, doubling, jitter, random_unit};
+#[cfg(any(feature = "admin", feature = "dashboard"))]
+use self::values::check_admin_token;
+use self::values::{doubling, jitter, random_unit};
 pub use self::values::{duration_ms, is_http_url, DAY_MS};
 
 /// The Durable Object namespace of the event inboxes.
@@ -26,6 +28,7 @@ pub const OUTBOX_DLQ_BINDING: &str = "OUTBOX_DLQ";
 /// in `wrangler.toml` (how the consumer tells its batches apart).
 pub const FORWARD_BINDING: &str = "FORWARD";
 pub const FORWARD_QUEUE: &str = "webhook-forward";
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 /// The one object counting admin credential failures and holding revoked
 /// sessions (`admin_guard`).
 pub const GUARD_BINDING: &str = "ADMIN_GUARD";
@@ -33,6 +36,7 @@ pub const GUARD_BINDING: &str = "ADMIN_GUARD";
 /// The longest delay before an effect's retry: an hour.
 pub const EFFECT_MAX_RETRY_DELAY_MS: i64 = 60 * 60 * 1000;
 
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 /// The shortest admin token accepted, in bytes: enough that guessing it is
 /// hopeless even before the guard's throttle.
 pub const ADMIN_TOKEN_MIN_BYTES: usize = 32;
@@ -264,10 +268,12 @@ pub fn text_is(env: &Env, name: &str, value: &str) -> bool {
     text(env, name).as_deref() == Some(value)
 }
 
+#[cfg(feature = "dashboard")]
 /// The longest dashboard session: a signed-out session is remembered this
 /// long, so raising `ADMIN_SESSION_TTL` later revives none.
 pub const ADMIN_SESSION_TTL_MAX_MS: i64 = 30 * DAY_MS;
 
+#[cfg(feature = "dashboard")]
 /// How long a dashboard session lasts (`ADMIN_SESSION_TTL`, a duration like
 /// `12h`, the default; at most 30 days).
 pub fn admin_session_ttl_ms(env: &Env) -> Result<i64, ConfigError> {
@@ -289,6 +295,7 @@ pub fn stats_flush_ms(env: &Env) -> u64 {
     number(env, "STATS_FLUSH_MS", 10_000).unwrap_or(10_000)
 }
 
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 /// `ADMIN_TOKEN`: `None` when unset or blank (no admin surface at all); an
 /// error naming the rule when it is short or holds whitespace — a token
 /// that could be guessed, or one mangled by a paste, never a weak lock.

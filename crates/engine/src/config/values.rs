@@ -1,6 +1,7 @@
 //! The shapes a setting's value must have, as pure code: durations, backoff
 //! with jitter, webhook URLs, the admin token.
 
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 use super::{ConfigError, ADMIN_TOKEN_MIN_BYTES};
 
 pub const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -68,6 +69,7 @@ pub fn is_http_url(url: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':'))
 }
 
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 pub(super) fn check_admin_token(token: &str) -> Result<(), ConfigError> {
     if token.chars().any(char::is_whitespace) {
         return Err(ConfigError(

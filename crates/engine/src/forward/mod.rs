@@ -21,9 +21,11 @@ pub mod breaker;
 mod claim;
 pub mod consumer;
 pub mod destinations;
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 pub mod operate;
 mod outcome;
 pub mod relay;
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 pub mod report;
 mod send;
 pub mod sign;

@@ -9,6 +9,7 @@ use worker::{Env, Result, Stub};
 use super::state::{EventState, Outcome};
 use super::store::LoggedDelivery;
 use crate::config::INBOX_BINDING;
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 use crate::d1::Json;
 use crate::event::{dedupe_key, is_source_name};
 use crate::http;
@@ -137,6 +138,7 @@ pub async fn deliver(env: &Env, handoff: Handoff) -> std::result::Result<Answer,
     }
 }
 
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 /// The event `(source, id)` as its inbox holds it; `None` when it answers
 /// anything but 200 (it holds nothing: never received, or past retention).
 pub async fn state(env: &Env, source: &str, id: &str) -> Result<Option<Json<InboxState>>> {
@@ -166,7 +168,10 @@ pub async fn body(env: &Env, source: &str, id: &str) -> Result<Option<(String, S
     Ok(Some((body, forward.unwrap_or_else(|| "{}".into()))))
 }
 
-/// What an operator's action on an event came to.
+#[cfg(any(feature = "admin", feature = "dashboard"))]
+/// What an operator's action on an event came to. (The dashboard only
+/// says "not done"; the API names the status.)
+#[cfg_attr(not(feature = "admin"), allow(dead_code))]
 pub enum ActionResult {
     Done(Answer),
     /// The inbox holds no such event.
@@ -177,16 +182,19 @@ pub enum ActionResult {
     Failed(u16),
 }
 
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 /// An operator's replay: the effect path again (a no-op if it committed).
 pub async fn replay(env: &Env, source: &str, id: &str) -> Result<ActionResult> {
     act(env, source, id, REPLAY).await
 }
 
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 /// An operator's decision not to apply a failed event.
 pub async fn dismiss(env: &Env, source: &str, id: &str) -> Result<ActionResult> {
     act(env, source, id, DISMISS).await
 }
 
+#[cfg(any(feature = "admin", feature = "dashboard"))]
 async fn act(env: &Env, source: &str, id: &str, path: &str) -> Result<ActionResult> {
     let Some(stub) = event_stub(env, source, id)? else {
         return Ok(ActionResult::NoEvent);

@@ -56,6 +56,10 @@ use crate::effects;
 use crate::fault::Fault;
 use crate::log::{self, Line};
 
+/// The Durable Object, one per `"{source}:{id}"`, that serializes an
+/// event's copies, claims it, stores it before replying, and applies its
+/// effect once: export it from the app (`pub use webhook_engine::EventInbox;`)
+/// as `EVENT_INBOX` binds it.
 #[durable_object]
 pub struct EventInbox {
     /// Shared with the effect a `record` reply leaves running, which must

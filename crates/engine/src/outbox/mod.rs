@@ -4,8 +4,8 @@
 //! the effect path. The effect batch writes it as intent — an `outbox` row —
 //! in the same D1 transaction as the ledger row, so the intent exists exactly
 //! when the effect does. After the commit the inbox sends the row's key to
-//! the queue; the [`consumer`] claims the row, performs the call with the
-//! row's own idempotency key, and marks it sent; the cron [`relay`] re-sends
+//! the queue; the consumer (`consumer.rs`) claims the row, performs the call with the
+//! row's own idempotency key, and marks it sent; the cron relay (`relay.rs`) re-sends
 //! rows whose message was lost.
 //!
 //! Every step may repeat, and none does harm twice:
@@ -17,24 +17,25 @@
 //!   attempt), and the provider's idempotency absorbs it.
 //!
 //! Effects write side effects as the public payload types here: an
-//! [`Email`], a [`ChatMessage`], an [`HttpCall`] to an API of your own. To add a kind of call: a file like
-//! `notify_chat.rs` with its payload type and `perform` (payload → HTTP
-//! call), and a variant of [`Action`] with its arm in `Action::perform`.
+//! [`Email`], a [`ChatMessage`], an [`HttpCall`] to an API of your own.
+//! To add a kind of call (in the engine): a file like `notify_chat.rs`
+//! with its payload type and `perform` (payload → HTTP call), and a
+//! variant of `Action` with its arm in `Action::perform`.
 
 mod alert;
 mod call_http;
 mod claims;
-pub mod consumer;
+pub(crate) mod consumer;
 mod dead_letter;
 mod notify_chat;
-pub mod notify_operator;
+pub(crate) mod notify_operator;
 mod queue;
-pub mod relay;
+pub(crate) mod relay;
 mod send_email;
 
 pub use call_http::HttpCall;
 pub use notify_chat::ChatMessage;
-pub use queue::{enqueue, enqueue_now};
+pub(crate) use queue::{enqueue, enqueue_now};
 pub(crate) use queue::{send_jobs, Job};
 pub use send_email::Email;
 
@@ -51,7 +52,7 @@ use crate::names::named_enum;
 named_enum! {
     /// Every kind of side effect. Its name (the variant in snake_case) is what
     /// rows carry and what idempotency keys are derived from.
-    pub enum Action {
+    pub(crate) enum Action {
         /// Send an [`Email`] (`send_email.rs`).
         SendEmail = "send_email",
         /// Post a [`ChatMessage`] (`notify_chat.rs`).
@@ -90,7 +91,7 @@ const RENAMED: &[(&str, Action)] = &[("send_receipt", Action::SendEmail)];
 
 named_enum! {
     /// The states of an outbox row.
-    pub enum OutboxStatus {
+    pub(crate) enum OutboxStatus {
         /// Due at `next_attempt_at`.
         Pending = "pending",
         /// Claimed by a consumer run until `lease_until`.
@@ -106,7 +107,7 @@ named_enum! {
 /// runtime's own error text can quote the URL, and webhook URLs carry
 /// tokens.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CallError {
+pub(crate) enum CallError {
     /// The target's variable is unset, and the deployment does not say
     /// `SIDE_EFFECTS = "log"`.
     /// Holds the variable's name, never its value.
@@ -132,21 +133,21 @@ pub enum CallError {
 /// An intended side effect, produced while planning an event's effect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SideEffect {
-    pub action: Action,
+    pub(crate) action: Action,
     /// JSON: everything the performer needs, fixed at planning time.
-    pub payload: String,
+    pub(crate) payload: String,
     /// The business object it concerns, as `(kind, id)`, when there is one
     /// (a purchase). Its key is then derived from the object, not the
     /// event: the same purchase seen through two events or two sources (an
     /// endpoint migration) sends one email.
-    pub about: Option<(&'static str, String)>,
+    pub(crate) about: Option<(&'static str, String)>,
     /// What tells two side effects of one action and one event apart (an
     /// [`HttpCall`]'s target), part of the key; `None`: one per action.
-    pub target: Option<String>,
+    pub(crate) target: Option<String>,
 }
 
 impl SideEffect {
-    pub fn new(action: Action, payload: &impl Serialize) -> Self {
+    pub(crate) fn new(action: Action, payload: &impl Serialize) -> Self {
         SideEffect {
             action,
             // Plain structs of strings: serialization cannot fail.
@@ -154,6 +155,11 @@ impl SideEffect {
             about: None,
             target: None,
         }
+    }
+
+    /// The JSON its row stores: what its performer reads (an [`Email`]).
+    pub fn payload(&self) -> &str {
+        &self.payload
     }
 
     /// Keys the side effect by a business object (see [`SideEffect::about`]).
@@ -164,7 +170,7 @@ impl SideEffect {
 }
 
 /// How a performer ended.
-pub enum Performed {
+pub(crate) enum Performed {
     Sent,
     /// Not configured, and the deployment said `SIDE_EFFECTS = "log"`:
     /// nothing to call. Marked sent, with this note, so that a local run
@@ -177,7 +183,7 @@ pub enum Performed {
 /// (`SIDE_EFFECTS = "log"`, as in `.dev.vars.example`); anywhere else a
 /// failure that retries and dead-letters like any other, so a deploy that
 /// forgot a variable cannot silently drop emails.
-pub fn unconfigured(env: &Env, variable: &str) -> Result<Performed, CallError> {
+pub(crate) fn unconfigured(env: &Env, variable: &str) -> Result<Performed, CallError> {
     if config::text_is(env, "SIDE_EFFECTS", "log") {
         Ok(Performed::Skipped(format!("{variable} is not set")))
     } else {
@@ -186,7 +192,7 @@ pub fn unconfigured(env: &Env, variable: &str) -> Result<Performed, CallError> {
 }
 
 /// What a performer needs besides its payload.
-pub struct Call<'a> {
+pub(crate) struct Call<'a> {
     pub env: &'a Env,
     /// The row's idempotency key, sent as `Idempotency-Key`.
     pub key: &'a str,
@@ -214,7 +220,11 @@ const INSERT_ROW: &str = "INSERT INTO outbox \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?6) ON CONFLICT (idempotency_key) DO NOTHING";
 
 /// The outbox row for a side effect, for the effect batch, and its key.
-pub fn insert(event: &VerifiedEvent, side_effect: SideEffect, now: i64) -> (Statement, String) {
+pub(crate) fn insert(
+    event: &VerifiedEvent,
+    side_effect: SideEffect,
+    now: i64,
+) -> (Statement, String) {
     let action = side_effect.action.name();
     let keyed_as = match &side_effect.target {
         Some(target) => format!("{action} {target}"),

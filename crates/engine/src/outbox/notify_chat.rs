@@ -10,6 +10,7 @@ use crate::config;
 /// the row stores (also the operators' alerts', see `notify_operator`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
+    /// The message, as the channel shows it.
     pub text: String,
 }
 

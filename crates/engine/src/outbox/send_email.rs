@@ -9,8 +9,11 @@ use crate::config;
 /// An email to send: what an effect writes, and what the row stores.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Email {
+    /// The recipient's address.
     pub to: String,
+    /// The subject line.
     pub subject: String,
+    /// The plain-text body.
     pub text: String,
 }
 

@@ -88,6 +88,9 @@ struct Entry {
     build: Option<Build>,
 }
 
+/// A provider: how its requests are verified and what identifies an event.
+/// One file per provider implements it; an app registers its own through
+/// [`App::providers`](crate::App::providers).
 pub trait Provider {
     /// The name effects are dispatched on: the registry's name for it.
     fn name(&self) -> &'static str;

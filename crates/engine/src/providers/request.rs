@@ -12,6 +12,7 @@ pub struct RawRequest {
     /// The full URL the sender called (some providers sign it).
     pub url: String,
     headers: Vec<(String, String)>,
+    /// The body's bytes, exactly as they arrived: what signatures cover.
     pub body: Vec<u8>,
 }
 
@@ -55,6 +56,7 @@ impl RawRequest {
 /// What verification needs besides the request. The clock is a parameter so
 /// that tests are deterministic.
 pub struct VerifyContext<'a> {
+    /// The source's secrets, tried in order (rotation).
     pub secrets: &'a Secrets,
     /// Seconds since the Unix epoch.
     pub now: u64,
@@ -136,6 +138,7 @@ pub const MAX_EVENT_ID_BYTES: usize = 256;
 pub const MAX_EVENT_TYPE_BYTES: usize = 256;
 
 impl Rejection {
+    /// The HTTP status the sender gets: 401 for a signature, 400 for a body.
     pub fn status(&self) -> u16 {
         match self {
             Rejection::MissingSignature

@@ -65,6 +65,7 @@ impl<'a> Counter<'a> {
         }
     }
 
+    #[cfg(feature = "dashboard")]
     /// Reads a stored name back.
     pub fn parse(name: &'a str) -> Counter<'a> {
         if let Some(reason) = name.strip_prefix("rejected:") {
