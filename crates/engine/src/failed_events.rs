@@ -15,6 +15,7 @@ use crate::event::VerifiedEvent;
 use crate::ledger::{self, Applied};
 use crate::outbox;
 use crate::outbox::notify_operator::{self, Alert};
+use crate::settings::Settings;
 
 /// What [`record`] did.
 pub enum Recorded {
@@ -31,7 +32,12 @@ pub enum Recorded {
 /// applied, dismissed, or found to be a replayed body meanwhile. A newly
 /// listed event is counted in the trend and alerted, in the same
 /// transaction.
-pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Recorded> {
+pub async fn record(
+    env: &Env,
+    settings: &Settings,
+    event: &VerifiedEvent,
+    error: &str,
+) -> Result<Recorded> {
     let now = now_ms();
     // First, while the list does not show it yet: one more failure in the
     // dashboard's trend (a report retried after a lost answer counts once).
@@ -73,7 +79,7 @@ pub async fn record(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Rec
         kind: &event.kind,
         error,
     };
-    let (alert, alert_key) = alert.row(&notify_operator::settings(env), now);
+    let (alert, alert_key) = alert.row(&notify_operator::settings(settings), now);
     let changes = Db::from_env(env)?
         .batch_changes(&[trend, alert, list])
         .await?;

@@ -147,6 +147,7 @@ mod names;
 pub mod outbox;
 pub mod providers;
 mod receive;
+mod settings;
 pub mod signature;
 pub mod sources;
 mod stats;
@@ -157,6 +158,7 @@ use worker::{Context, Env, MessageBatch, Method, Request, Response, Result, Sche
 pub use admin_guard::AdminGuard;
 pub use app::{start, App};
 pub use inbox::EventInbox;
+use settings::Settings;
 
 /// The dashboard's sign-in and action forms: their handlers read the body.
 #[cfg(feature = "dashboard")]
@@ -175,7 +177,7 @@ fn dashboard_form(_: &str) -> bool {
 /// The worker's `fetch`: `POST /webhooks/{source}`, and the admin API and
 /// dashboard under `/admin`.
 pub async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response> {
-    log::configure(&env);
+    let settings = Settings::of(&env);
     let path = req.path();
     let reads_body =
         req.method() == Method::Post && (path.starts_with("/webhooks/") || dashboard_form(&path));
@@ -194,17 +196,17 @@ pub async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response>
     }
     if let Some(_rest) = path.strip_prefix("/admin/api/") {
         #[cfg(feature = "admin")]
-        return admin::harden(admin::api::handle(req, &env, _rest).await);
+        return admin::harden(admin::api::handle(req, &env, &settings, _rest).await);
         #[cfg(all(not(feature = "admin"), feature = "dashboard"))]
         return admin::harden(Response::error("not found", 404));
     }
     #[cfg(feature = "dashboard")]
     if path == "/admin" || path.starts_with("/admin/") {
-        return admin::harden(admin::dashboard::handle(req, &env, &path).await);
+        return admin::harden(admin::dashboard::handle(req, &env, &settings, &path).await);
     }
     match path.strip_prefix("/webhooks/") {
         Some(source) if req.method() == Method::Post => {
-            receive::handle(req, &env, &ctx, source).await
+            receive::handle(req, &env, &settings, &ctx, source).await
         }
         Some(_) => Ok(Response::error("method not allowed: POST only", 405)?
             .with_headers([("allow", "POST")].iter().collect())),
@@ -218,22 +220,22 @@ pub async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response>
 /// The queues' consumers: the outbox performs side effects, each under its
 /// own key; the forward queue delivers events to their destinations.
 pub async fn queue(batch: MessageBatch<JsValue>, env: Env) -> Result<()> {
-    log::configure(&env);
+    let settings = Settings::of(&env);
     if batch.queue() == config::FORWARD_QUEUE {
-        forward::consumer::consume(batch, &env).await
+        forward::consumer::consume(batch, &env, &settings).await
     } else {
-        outbox::consumer::consume(batch, &env).await
+        outbox::consumer::consume(batch, &env, &settings).await
     }
 }
 
 /// The cron relays (`[triggers] crons`): re-send outbox rows and forward
 /// deliveries whose queue message was lost, and the breakers' probes.
 pub async fn scheduled(_event: ScheduledEvent, env: Env) {
-    log::configure(&env);
-    if let Err(e) = outbox::relay::run(&env).await {
+    let settings = Settings::of(&env);
+    if let Err(e) = outbox::relay::run(&env, &settings).await {
         log::error(&log::Line::new("outbox_relay_failed").error(e));
     }
-    if let Err(e) = forward::relay::run(&env).await {
+    if let Err(e) = forward::relay::run(&env, &settings).await {
         log::error(&log::Line::new("forward_relay_failed").error(e));
     }
 }

@@ -47,11 +47,8 @@ pub fn level(env: &worker::Env) -> Option<Level> {
     }
 }
 
-/// Sets this isolate's level from `LOG_LEVEL`; every entry point (a
-/// request, a queue batch, a cron run, a Durable Object) calls it. A bad
-/// value logs everything.
-pub fn configure(env: &worker::Env) {
-    let level = level(env).unwrap_or(Level::Info);
+/// Sets this isolate's level (from `LOG_LEVEL`, see `settings`).
+pub fn set_level(level: Level) {
     LEVEL.with(|current| current.set(level));
 }
 

@@ -9,11 +9,13 @@
 //! nothing. One 503 is different: `unconfirmed`, when the inbox's answer was
 //! lost and it may hold the event; a retry is then answered as its copy.
 
+use std::rc::Rc;
+
 use serde::Serialize;
 use worker::{Context, Env, Headers, Request, Response, Result};
 
 use crate::clock::now_ms;
-use crate::config::{self, AlertSettings, ConfigError, Limits, ReplyAfter};
+use crate::config::{ConfigError, ReplyAfter};
 use crate::event::{self, VerifiedEvent};
 use crate::fault::Fault;
 use crate::forward::{destinations, Forward};
@@ -21,9 +23,9 @@ use crate::http::{self, BodyError};
 use crate::inbox::client::{self, Answer, DeliveryError, Handoff};
 use crate::inbox::state::Outcome;
 use crate::providers::{self, Identity, RawRequest, Rejection, VerifyContext};
-use crate::signature::Secrets;
+use crate::settings::Settings;
 use crate::stats::{Counter, Due, Series};
-use crate::{log, sources, stats};
+use crate::{log, stats};
 
 /// Why a delivery was not taken. Nothing was recorded in any of these cases
 /// but `Unconfirmed`.
@@ -159,10 +161,17 @@ enum Reply<'a> {
     },
 }
 
-pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Result<Response> {
+/// Receives one delivery to `source`, with the isolate's `settings`.
+pub async fn handle(
+    req: Request,
+    env: &Env,
+    settings: &Rc<Settings>,
+    ctx: &Context,
+    source: &str,
+) -> Result<Response> {
     let started = now_ms();
     let mut trace = Trace::default();
-    let result = receive(req, env, source, &mut trace).await;
+    let result = receive(req, env, settings, source, &mut trace).await;
     let latency_ms = now_ms() - started;
 
     let key = trace.key.as_deref();
@@ -213,7 +222,7 @@ pub async fn handle(req: Request, env: &Env, ctx: &Context, source: &str) -> Res
     } else {
         outcome
     };
-    count(env, ctx, source, counted, refusal);
+    count(env, settings, ctx, source, counted, refusal);
     let reply = match (&result, refusal) {
         (Ok(Taken::Handshake(body)), _) => {
             let headers = Headers::new();
@@ -244,7 +253,14 @@ enum Taken {
 /// Counts the delivery for the operators' per-source counters (see
 /// `stats`). Requests to sources that do not exist count under `(unknown)`,
 /// so a prober cannot fill the table with names.
-fn count(env: &Env, ctx: &Context, source: &str, outcome: &str, refusal: Option<&Refusal>) {
+fn count(
+    env: &Env,
+    settings: &Rc<Settings>,
+    ctx: &Context,
+    source: &str,
+    outcome: &str,
+    refusal: Option<&Refusal>,
+) {
     let source = match refusal {
         Some(Refusal::UnknownSource) => stats::UNKNOWN_SOURCE,
         _ => source,
@@ -258,10 +274,13 @@ fn count(env: &Env, ctx: &Context, source: &str, outcome: &str, refusal: Option<
     if let Some(series) = Series::of_delivery(outcome, refusal.is_some()) {
         stats::count_trend(now, source, series);
     }
-    let interval = config::stats_flush_ms(env);
-    match stats::take_due(now as u64, interval) {
-        Due::Now(counts) => ctx.wait_until(stats::flush(env.clone(), counts, now)),
-        Due::Later(sleeper) => ctx.wait_until(stats::flush_later(env.clone(), sleeper, interval)),
+    match stats::take_due(now as u64, settings.stats_flush_ms) {
+        Due::Now(counts) => {
+            ctx.wait_until(stats::flush(env.clone(), settings.clone(), counts, now))
+        }
+        Due::Later(sleeper) => {
+            ctx.wait_until(stats::flush_later(env.clone(), settings.clone(), sleeper))
+        }
         Due::Nothing => {}
     }
 }
@@ -269,6 +288,7 @@ fn count(env: &Env, ctx: &Context, source: &str, outcome: &str, refusal: Option<
 async fn receive(
     mut req: Request,
     env: &Env,
+    settings: &Settings,
     source: &str,
     trace: &mut Trace,
 ) -> std::result::Result<Taken, Refusal> {
@@ -276,41 +296,31 @@ async fn receive(
         && source
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    let config = if valid_name {
-        sources::lookup(env, source)?
+    let found = if valid_name {
+        settings.source(source)?
     } else {
         None
     };
-    let Some(config) = config else {
+    let Some(found) = found else {
         // Drop a small body before refusing, so that the connection can
         // carry the sender's next request; a large one is not worth reading.
         let _ = http::drain(&mut req, http::UNWANTED_BODY_MAX_BYTES).await;
         return Err(Refusal::UnknownSource);
     };
-    let provider = providers::build(&config)?;
-    let limits = Limits::from_env(env)?;
+    let (config, provider) = (&found.config, &found.provider);
+    let limits = settings.limits()?;
     // A bad LOG_LEVEL refuses deliveries rather than pass unnoticed.
-    log::level(env).ok_or_else(|| ConfigError("LOG_LEVEL must be info or warn".into()))?;
+    (settings.log_level).ok_or_else(|| ConfigError("LOG_LEVEL must be info or warn".into()))?;
     // Read where an alert is due; checked here so that a bad value is a
     // refusal naming it, not an alert quietly sent on the defaults.
-    AlertSettings::from_env(env)?;
-    let reply_after = ReplyAfter::from_env(env, source, config.reply_after.as_deref())?;
-    let secret_var = config.secret_var(source);
-    // A value that would make a weak key is an error naming the variable.
-    let secrets = Secrets::parse(&config::secret(env, &secret_var)?)
-        .map_err(|why| ConfigError(format!("{secret_var}: {why}")))?;
-    for secret in secrets.iter() {
-        provider
-            .check_secret(secret)
-            .map_err(|why| ConfigError(format!("{secret_var}: {why}")))?;
-    }
+    settings.alerts()?;
 
     let body = http::read_capped(&mut req, limits.max_body_bytes).await?;
     trace.bytes = Some(body.len());
 
     let raw = RawRequest::new(req.inner().url(), req.headers().entries(), body);
     let ctx = VerifyContext {
-        secrets: &secrets,
+        secrets: &found.secrets,
         now: (now_ms() / 1000) as u64,
         tolerance: config.tolerance_secs.unwrap_or(limits.tolerance_secs),
     };
@@ -336,8 +346,7 @@ async fn receive(
         .and_then(Fault::parse);
     // Checked before anything is stored: a destination that does not exist
     // or cannot sign refuses the delivery, never drops it later.
-    let bounds = destinations::Bounds::from_env(env)?;
-    let routes = destinations::routes(env, &bounds, source, &config.forward, &identity.kind)?;
+    let routes = destinations::routes(settings, source, &config.forward, &identity.kind)?;
     let forward = Forward::to(&routes, |name| raw.header(name));
     let fence = provider.replay_fence(&raw);
     let body = String::from_utf8(raw.body)
@@ -358,7 +367,7 @@ async fn receive(
         event,
         verified: Some(verified),
         fault,
-        reply_after,
+        reply_after: found.reply_after,
     };
     Ok(Taken::Event(client::deliver(env, handoff).await?))
 }

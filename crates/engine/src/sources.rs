@@ -16,7 +16,7 @@
 use serde::Deserialize;
 use worker::Env;
 
-use crate::config::{self, without_values, ConfigError};
+use crate::config::{self, without_values, ConfigError, Named};
 use crate::event;
 
 /// One source's settings. Fields past `tolerance_secs` describe a sender
@@ -64,16 +64,16 @@ impl SourceConfig {
     }
 }
 
-/// The settings of the source called `name`: `Ok(None)` when there is no
-/// such source.
-pub fn lookup(env: &Env, name: &str) -> Result<Option<SourceConfig>, ConfigError> {
+/// Every source, by name, each with its settings or why they are wrong.
+pub fn all(env: &Env) -> Result<Named<SourceConfig>, ConfigError> {
     let sources = config::table(env, "SOURCES")?.ok_or_else(|| {
         ConfigError("SOURCES is not set: declare [vars.SOURCES] in wrangler.toml".into())
     })?;
-    match sources.iter().find(|(source, _)| source == name) {
-        Some((_, settings)) => parse(name, settings.get()).map(Some),
-        None => Ok(None),
-    }
+    let parsed = |(name, settings): (String, Box<serde_json::value::RawValue>)| {
+        let config = parse(&name, settings.get());
+        (name, config)
+    };
+    Ok(sources.into_iter().map(parsed).collect())
 }
 
 fn parse(name: &str, json: &str) -> Result<SourceConfig, ConfigError> {

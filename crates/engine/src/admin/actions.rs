@@ -10,6 +10,7 @@ use crate::event::dedupe_key;
 use crate::forward::operate::{self, DestinationAction};
 use crate::inbox::client::{self, ActionResult};
 use crate::inbox::state::Outcome;
+use crate::settings::Settings;
 
 /// The audit line of an operator's action: who (the session, by a digest
 /// of its cookie, never the token), what, on what, and how it ended.
@@ -110,7 +111,7 @@ impl<'a> Action<'a> {
     }
 
     /// Does it; returns what happened, as one of [`NOTICES`]' codes.
-    pub(super) async fn run(&self, env: &Env) -> &'static str {
+    pub(super) async fn run(&self, env: &Env, settings: &Settings) -> &'static str {
         let (source, id) = match self {
             Action::Requeue { key } => {
                 return match queries::requeue(env, &decode(key)).await {
@@ -127,7 +128,7 @@ impl<'a> Action<'a> {
                 };
             }
             Action::Destination { name, action } => {
-                return match operate::destination(env, &decode(name), *action).await {
+                return match operate::destination(env, settings, &decode(name), *action).await {
                     Ok(true) => action.name(),
                     Ok(false) => "unchanged",
                     Err(_) => "not-done",

@@ -29,16 +29,18 @@ use crate::inbox::client::{self, ActionResult, Answer};
 use crate::inbox::state::Outcome;
 use crate::log::{self, Line};
 use crate::outbox::OutboxStatus;
+use crate::settings::Settings;
 
 /// `path` is what follows `/admin/api/`.
-pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
-    let token = match admin_token(env) {
+/// One admin API request (`path`, after `/admin/api/`).
+pub async fn handle(req: Request, env: &Env, settings: &Settings, path: &str) -> Result<Response> {
+    let token = match admin_token(settings) {
         Ok(token) => token,
         Err(Closed::Unset) => return Response::error("not found", 404),
         Err(Closed::Misconfigured) => return Response::error("misconfigured", 500),
     };
     let checked = match bearer(&req) {
-        Some(presented) => guard(env, &req, token_matches(&token, &presented)).await,
+        Some(presented) => guard(env, settings, &req, token_matches(token, &presented)).await,
         None => Err(Denied::Wrong),
     };
     if let Err(denied) = checked {
@@ -74,7 +76,7 @@ pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
             struct Destinations {
                 destinations: Vec<report::DestinationReport>,
             }
-            let destinations = report::destinations(env).await?;
+            let destinations = report::destinations(env, settings).await?;
             Response::from_json(&Destinations { destinations })
         }
         (Method::Post, ["destinations", name, action]) => {
@@ -88,7 +90,7 @@ pub async fn handle(req: Request, env: &Env, path: &str) -> Result<Response> {
             struct Done {
                 changed: bool,
             }
-            let changed = operate::destination(env, name, action).await?;
+            let changed = operate::destination(env, settings, name, action).await?;
             Response::from_json(&Done { changed })
         }
         (Method::Post, ["deliveries", id, "redeliver"]) => {

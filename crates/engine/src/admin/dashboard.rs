@@ -27,14 +27,20 @@ use crate::clock::now_ms;
 use crate::config;
 use crate::http::{self, BodyError};
 use crate::log;
+use crate::settings::Settings;
 
 const COOKIE: &str = "admin_session";
 
 /// Largest sign-in form read: a token is at most a few hundred bytes.
 const LOGIN_FORM_MAX_BYTES: usize = 8 * 1024;
 
-pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response> {
-    let token = match admin_token(env) {
+pub async fn handle(
+    mut req: Request,
+    env: &Env,
+    settings: &Settings,
+    path: &str,
+) -> Result<Response> {
+    let token = match admin_token(settings) {
         Ok(token) => token,
         Err(Closed::Unset) => return unread(&mut req, Response::error("not found", 404)).await,
         Err(Closed::Misconfigured) => {
@@ -72,7 +78,8 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
                 // No guess: not counted.
                 return page(401, "Sign in", &login_form(Some("Enter the admin token.")));
             }
-            if let Err(denied) = guard(env, &req, token_matches(&token, &presented)).await {
+            if let Err(denied) = guard(env, settings, &req, token_matches(token, &presented)).await
+            {
                 let why = match denied {
                     Denied::Wrong => "That is not the admin token.".to_string(),
                     Denied::Throttled(secs) => format!(
@@ -83,13 +90,13 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
                 };
                 return denied.answer(page(200, "Sign in", &login_form(Some(&why))));
             }
-            let ttl_ms = config::admin_session_ttl_ms(env)?;
-            set_cookie(&req, &session_value(&token, now_ms()), ttl_ms / 1000)
+            let ttl_ms = settings.session_ttl_ms.clone()?;
+            set_cookie(&req, &session_value(token, now_ms()), ttl_ms / 1000)
         }
         // Signing out revokes the session, then clears the cookie: a copy
         // of the cookie is no good either.
         (Method::Post, "/admin/logout") => {
-            if let Some(session) = session(&req, &token, env)? {
+            if let Some(session) = session(&req, token, settings)? {
                 // Remembered as long as any session can last.
                 let until = now_ms() + config::ADMIN_SESSION_TTL_MAX_MS;
                 if let Err(e) = admin_guard::revoke(env, &session_id(&session), until).await {
@@ -107,7 +114,7 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
         }
         _ => {
             // A valid cookie whose session was not signed out.
-            let live = match session(&req, &token, env)? {
+            let live = match session(&req, token, settings)? {
                 Some(session) => match admin_guard::revoked(env, &session_id(&session)).await {
                     Ok(revoked) => (!revoked).then_some(session),
                     Err(e) => {
@@ -120,7 +127,7 @@ pub async fn handle(mut req: Request, env: &Env, path: &str) -> Result<Response>
                 None => None,
             };
             match live {
-                Some(session) => signed_in(req, env, path, &token, &session).await,
+                Some(session) => signed_in(req, env, settings, path, token, &session).await,
                 None => unread(&mut req, page(401, "Sign in", &login_form(None))).await,
             }
         }
@@ -147,6 +154,7 @@ async fn unread(req: &mut Request, response: Result<Response>) -> Result<Respons
 async fn signed_in(
     mut req: Request,
     env: &Env,
+    settings: &Settings,
     path: &str,
     token: &str,
     session: &str,
@@ -162,7 +170,7 @@ async fn signed_in(
             finder::events(env, &super::Query::of(&req), &forms).await
         }
         Method::Get if path == "/admin/destinations" => {
-            forwarding::destinations(env, &forms, notice).await
+            forwarding::destinations(env, settings, &forms, notice).await
         }
         Method::Get => match path
             .strip_prefix("/admin/events/")
@@ -206,7 +214,7 @@ async fn signed_in(
                 log::warn(&audit);
                 return cross_site_refused();
             }
-            let done = action.run(env).await;
+            let done = action.run(env, settings).await;
             log::warn(&Audit {
                 outcome: done,
                 ..audit
@@ -225,8 +233,8 @@ const ACTION_FORM_MAX_BYTES: usize = 1024;
 
 /// The request's valid session cookie, if any: made under this token,
 /// within the session lifetime (`ADMIN_SESSION_TTL`, default 12 h).
-fn session(req: &Request, token: &str, env: &Env) -> Result<Option<String>> {
-    let ttl_ms = config::admin_session_ttl_ms(env)?;
+fn session(req: &Request, token: &str, settings: &Settings) -> Result<Option<String>> {
+    let ttl_ms = settings.session_ttl_ms.clone()?;
     let now = now_ms();
     let cookies = req
         .headers()

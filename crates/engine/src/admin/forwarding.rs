@@ -10,10 +10,16 @@ use super::pages::{action_button, event_path, notice_html, LOGOUT};
 use crate::forward::operate::DestinationAction;
 use crate::forward::report::{self, DeliveryReport, DestinationReport};
 use crate::forward::ForwardStatus;
+use crate::settings::Settings;
 
 /// `/admin/destinations`.
-pub async fn destinations(env: &Env, forms: &str, notice: Option<&str>) -> Result<Response> {
-    let rows: Vec<Vec<String>> = report::destinations(env)
+pub async fn destinations(
+    env: &Env,
+    settings: &Settings,
+    forms: &str,
+    notice: Option<&str>,
+) -> Result<Response> {
+    let rows: Vec<Vec<String>> = report::destinations(env, settings)
         .await?
         .iter()
         .map(|d| destination_row(d, forms))

@@ -37,8 +37,8 @@ pub mod trend;
 use worker::{js_sys, Env, Request, Response, Result};
 
 use crate::admin_guard::{self, Verdict};
-use crate::config;
 use crate::log::{self, Line};
+use crate::settings::Settings;
 use crate::signature::Tag;
 
 /// Sets the headers every admin response carries, API and dashboard alike,
@@ -73,8 +73,8 @@ pub enum Closed {
 
 /// The admin token, or why the admin surface is closed. Webhooks do not
 /// depend on it: a bad token closes only this surface.
-pub fn admin_token(env: &Env) -> std::result::Result<String, Closed> {
-    match config::admin_token(env) {
+pub fn admin_token(settings: &Settings) -> std::result::Result<&str, Closed> {
+    match &settings.admin_token {
         Ok(Some(token)) => Ok(token),
         Ok(None) => Err(Closed::Unset),
         Err(e) => {
@@ -86,8 +86,13 @@ pub fn admin_token(env: &Env) -> std::result::Result<String, Closed> {
 
 /// The guard's verdict on a presented credential (`valid`: whether it
 /// matched); a guard that cannot answer refuses, as 503.
-pub async fn guard(env: &Env, req: &Request, valid: bool) -> std::result::Result<(), Denied> {
-    match admin_guard::attempt(env, req, valid).await {
+pub async fn guard(
+    env: &Env,
+    settings: &Settings,
+    req: &Request,
+    valid: bool,
+) -> std::result::Result<(), Denied> {
+    match admin_guard::attempt(env, settings.test_faults, req, valid).await {
         Ok(Verdict::Allowed) => Ok(()),
         Ok(Verdict::Wrong) => {
             log::warn(&Line::new("admin_credential_refused"));

@@ -10,19 +10,19 @@ use super::policy::{client_of, Verdict};
 use super::{ATTEMPT, COUNT, PRESSED};
 #[cfg(feature = "dashboard")]
 use super::{REVOKE, REVOKED};
-use crate::config::{self, GUARD_BINDING};
+use crate::config::GUARD_BINDING;
 use crate::fault::Fault;
 use crate::http;
 use crate::log::{self, Line};
 
 /// Checks a presented credential (`valid`: whether it matched) against the
 /// request's client's failures, counting it if wrong.
-pub async fn attempt(env: &Env, req: &Request, valid: bool) -> Result<Verdict> {
+pub async fn attempt(env: &Env, test_faults: bool, req: &Request, valid: bool) -> Result<Verdict> {
     let address = req.headers().get("cf-connecting-ip")?;
     let client = format!("client:{}", client_of(address.as_deref()));
     let valid = if valid { "1" } else { "0" };
     let mut params = vec![("valid", valid.to_string())];
-    if let Some(fault) = guard_fault(env, req) {
+    if let Some(fault) = guard_fault(test_faults, req) {
         params.push(("fault", fault.name()));
     }
     let params: Vec<(&str, &str)> = params.iter().map(|(n, v)| (*n, v.as_str())).collect();
@@ -71,8 +71,8 @@ pub async fn revoked(env: &Env, id: &str) -> Result<bool> {
 const GUARD_TIMEOUT_MS: u64 = 3_000;
 
 /// A fault for the guard object, named by the request (tests only).
-fn guard_fault(env: &Env, req: &Request) -> Option<Fault> {
-    if !config::test_faults(env) {
+fn guard_fault(test_faults: bool, req: &Request) -> Option<Fault> {
+    if !test_faults {
         return None;
     }
     let header = req.headers().get("x-test-fault").ok().flatten()?;

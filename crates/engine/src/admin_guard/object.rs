@@ -12,8 +12,8 @@ use worker::{
 use super::policy::{decide, Verdict, GLOBAL_FAILURES, WINDOW_MS};
 use super::{ATTEMPT, COUNT, PRESSED, REVOKE, REVOKED};
 use crate::clock::now_ms;
-use crate::config;
 use crate::fault::Fault;
+use crate::settings::Settings;
 
 /// An object's one row: a client's or everyone's failures in `window`,
 /// a client's news of pressure, or a signed-out session's end.
@@ -39,7 +39,7 @@ pub struct AdminGuard {
 impl DurableObject for AdminGuard {
     fn new(state: State, env: Env) -> Self {
         let sql = state.storage().sql();
-        let test_faults = config::test_faults(&env);
+        let test_faults = Settings::of(&env).test_faults;
         AdminGuard {
             state,
             sql,

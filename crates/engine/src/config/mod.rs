@@ -1,6 +1,7 @@
-//! Configuration: `wrangler.toml` vars and secrets, read per request with a
+//! Configuration: how each `wrangler.toml` var and secret is read, with a
 //! named error when something is wrong — a misconfigured worker answers 500
-//! with a log line saying which variable to fix, never panics.
+//! with a log line saying which variable to fix, never panics. Read once
+//! per isolate, by `settings`, which passes the parsed values down.
 
 use std::str::FromStr;
 
@@ -47,6 +48,10 @@ pub const ADMIN_TOKEN_MIN_BYTES: usize = 32;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
+
+/// Settings by name, each with its own error: one bad entry spoils only
+/// itself.
+pub type Named<T> = Vec<(String, Result<T, ConfigError>)>;
 
 /// A misconfiguration met off the delivery path (the inbox, the consumer,
 /// the admin pages) fails the call with its message, through `?`.
@@ -117,6 +122,7 @@ impl InboxSettings {
 }
 
 /// When operators are alerted (see `outbox::notify_operator`).
+#[derive(Debug, Clone)]
 pub struct AlertSettings {
     /// At most one alert of each kind per source in each interval of this
     /// length (`ALERT_INTERVAL`, a duration, default 15m).

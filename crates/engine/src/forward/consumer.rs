@@ -11,7 +11,7 @@ use worker::{Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage
 
 use super::breaker::{self, Meaning, Tally};
 use super::claim::{claim, Claim, Claimed};
-use super::destinations::{self, Bounds, Destination};
+use super::destinations::{self, Destination};
 use super::outcome::{verdict, Verdict};
 use super::send::{self, Attempt, Delivery};
 use super::ForwardStatus;
@@ -21,6 +21,7 @@ use crate::d1::{Db, Statement};
 use crate::log::{self, Line};
 use crate::outbox::notify_operator::{self, Alert};
 use crate::outbox::{self, enqueue_now};
+use crate::settings::Settings;
 
 /// One delivery's result, as the completion reads it.
 #[derive(Serialize)]
@@ -49,8 +50,13 @@ const COMPLETE: &str = "UPDATE forwards SET status = json_extract(j.value, '$.st
        AND forwards.status = 'sending' AND forwards.attempts = json_extract(j.value, '$.attempts') \
        AND forwards.lease_until = ?3";
 
-pub async fn consume(batch: MessageBatch<JsValue>, env: &Env) -> worker::Result<()> {
-    let settings = ForwardSettings::from_env(env)?;
+/// Delivers a batch of forward deliveries (their ids) to their destinations.
+pub async fn consume(
+    batch: MessageBatch<JsValue>,
+    env: &Env,
+    engine: &Settings,
+) -> worker::Result<()> {
+    let settings = engine.forward()?;
     let messages: Vec<RawMessage> = batch.raw_iter().collect();
     let mut ids = Vec::new();
     for message in &messages {
@@ -59,7 +65,7 @@ pub async fn consume(batch: MessageBatch<JsValue>, env: &Env) -> worker::Result<
             None => log::error(&Line::new("forward_bad_message").id(message.id())),
         }
     }
-    match run(env, &settings, &ids).await {
+    match run(env, engine, settings, &ids).await {
         Ok(retry_in) => {
             for message in &messages {
                 let id = outbox::Job::key_of(&message.body());
@@ -95,13 +101,14 @@ const IN_FLIGHT: usize = 6;
 /// rest are acknowledged).
 async fn run(
     env: &Env,
+    engine: &Settings,
     settings: &ForwardSettings,
     ids: &[String],
 ) -> worker::Result<Vec<(String, u32)>> {
     // Read first: a destination that is not declared, or has no usable
     // key, claims nothing (its deliveries wait, their attempts unspent).
-    let all = destinations::all(env, &Bounds::from_env(env)?)?;
-    let usable = destinations::usable(env, &all);
+    let all = engine.destinations()?;
+    let usable = destinations::usable(engine, all);
     let names: Vec<&str> = usable.iter().map(|d| d.name.as_str()).collect();
     let db = Db::from_env(env)?;
     let now = now_ms();
@@ -125,11 +132,11 @@ async fn run(
             destination: &row.destination,
             attempt: row.attempts,
         };
-        let destination = destinations::named(&all, &row.destination);
-        async move { send::attempt(env, destination, &delivery).await }
+        let destination = destinations::named(all, &row.destination);
+        async move { send::attempt(env, engine, destination, &delivery).await }
     });
     let attempts: Vec<Attempt> = stream::iter(attempts).buffered(IN_FLIGHT).collect().await;
-    complete(env, &db, settings, &all, &claimed, attempts, lease_until).await?;
+    complete(env, engine, &db, all, &claimed, attempts, lease_until).await?;
     Ok(retry_in)
 }
 
@@ -138,15 +145,16 @@ async fn run(
 /// retries, alerts and drains.
 async fn complete(
     env: &Env,
+    engine: &Settings,
     db: &Db,
-    settings: &ForwardSettings,
     all: &[Destination],
     claimed: &[(Claimed, bool)],
     attempts: Vec<Attempt>,
     lease_until: i64,
 ) -> worker::Result<()> {
     let now = now_ms();
-    let alerts = notify_operator::settings(env);
+    let settings = engine.forward()?;
+    let alerts = notify_operator::settings(engine);
     let mut completions = Vec::with_capacity(claimed.len());
     let mut statements = Vec::new();
     let mut meanings = Vec::new();

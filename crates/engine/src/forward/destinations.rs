@@ -1,7 +1,8 @@
-//! `[vars.DESTINATIONS]`: where verified events are forwarded. Read and
-//! checked on every delivery, so that a wrong setting is a `500
-//! misconfigured` naming it before anything is stored, never an event
-//! acknowledged and then dropped.
+//! `[vars.DESTINATIONS]`: where verified events are forwarded. Parsed once
+//! per isolate (see `settings`) and checked on every delivery that
+//! forwards, so that a wrong setting is a `500 misconfigured` naming it
+//! before anything is stored, never an event acknowledged and then
+//! dropped.
 //!
 //! ```toml
 //! [vars.DESTINATIONS]
@@ -15,11 +16,9 @@ use serde_json::value::RawValue;
 use worker::Env;
 
 use super::sign::signing_keys;
-use crate::config::{
-    self, duration_ms, is_http_url, without_values, ConfigError, Entries, InboxSettings,
-    OutboxSettings, DAY_MS,
-};
+use crate::config::{self, duration_ms, is_http_url, without_values, ConfigError, Entries, DAY_MS};
 use crate::log::{self, Line};
+use crate::settings::Settings;
 
 /// How long a delivery is retried by default: as long as providers retry
 /// their own deliveries (3 days is common).
@@ -73,9 +72,9 @@ impl Destination {
 /// The destinations deliveries may go to now: those whose keys are set
 /// and strong. Each other is logged as an error naming its variable; its
 /// deliveries wait, unspent, until it is fixed.
-pub fn usable<'a>(env: &Env, all: &'a [Destination]) -> Vec<&'a Destination> {
+pub fn usable<'a>(settings: &Settings, all: &'a [Destination]) -> Vec<&'a Destination> {
     all.iter()
-        .filter(|destination| match destination.keys(env) {
+        .filter(|destination| match settings.keys(destination) {
             Ok(_) => true,
             Err(e) => {
                 let line = Line::new("forward_misconfigured").detail(&destination.name);
@@ -92,15 +91,6 @@ pub struct Bounds {
     pub retention_ms: i64,
     /// A call must end well before another consumer may take it over.
     pub max_timeout_ms: u32,
-}
-
-impl Bounds {
-    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        Ok(Bounds {
-            retention_ms: InboxSettings::from_env(env)?.retention_ms,
-            max_timeout_ms: OutboxSettings::from_env(env)?.call_timeout_ms(),
-        })
-    }
 }
 
 /// Every destination, by name; none when `DESTINATIONS` is unset. Not
@@ -122,8 +112,7 @@ pub fn named<'a>(all: &'a [Destination], name: &str) -> Option<&'a Destination> 
 /// their keys too.
 #[inline(never)]
 pub fn routes(
-    env: &Env,
-    bounds: &Bounds,
+    settings: &Settings,
     source: &str,
     forward: &[String],
     kind: &str,
@@ -131,15 +120,15 @@ pub fn routes(
     if forward.is_empty() {
         return Ok(Vec::new());
     }
-    let all = all(env, bounds)?;
+    let all = settings.destinations()?;
     let mut routes = Vec::new();
     for name in forward {
-        let destination = named(&all, name).cloned().ok_or_else(|| {
+        let destination = named(all, name).cloned().ok_or_else(|| {
             ConfigError(format!(
                 "SOURCES.{source}.forward names {name}, which DESTINATIONS does not declare"
             ))
         })?;
-        destination.keys(env)?;
+        settings.keys(&destination)?;
         if destination.wants(kind) {
             routes.push(destination);
         }

@@ -7,11 +7,12 @@
 use worker::Env;
 
 use super::breaker::{self, DRAIN_PAGE};
-use super::destinations::{self, Bounds};
+use super::destinations;
 use crate::clock::now_ms;
 use crate::d1::{Db, Statement};
 use crate::log::{self, Line};
 use crate::names::named_enum;
+use crate::settings::Settings;
 
 named_enum! {
     /// An operator's action on a destination.
@@ -53,9 +54,13 @@ pub async fn redeliver(env: &Env, id: &str) -> worker::Result<bool> {
 /// Does `action` to destination `name`; says whether it changed anything
 /// (nothing for a name `DESTINATIONS` does not declare, but a discard,
 /// which is only for such a name).
-pub async fn destination(env: &Env, name: &str, action: DestinationAction) -> worker::Result<bool> {
-    let declared = destinations::all(env, &Bounds::from_env(env)?)?;
-    let is_declared = destinations::named(&declared, name).is_some();
+pub async fn destination(
+    env: &Env,
+    settings: &Settings,
+    name: &str,
+    action: DestinationAction,
+) -> worker::Result<bool> {
+    let is_declared = destinations::named(settings.destinations()?, name).is_some();
     if is_declared == (action == DestinationAction::Discard) {
         return Ok(false);
     }

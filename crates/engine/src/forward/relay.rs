@@ -5,11 +5,11 @@ use worker::Env;
 
 use super::breaker::held;
 use super::claim::note_unusable;
-use super::destinations::{self, Bounds};
+use super::destinations;
 use crate::clock::now_ms;
-use crate::config::ForwardSettings;
 use crate::d1::{Db, Statement};
 use crate::log::{self, Line};
+use crate::settings::Settings;
 
 /// Rows re-sent per run, as the outbox relay's: a backlog drains at this
 /// many a minute, within a run's subrequest budget.
@@ -96,10 +96,12 @@ const ACTIVE: &str = concat!(
     ") ORDER BY name"
 );
 
-pub async fn run(env: &Env) -> worker::Result<()> {
-    let settings = ForwardSettings::from_env(env)?;
-    let all = destinations::all(env, &Bounds::from_env(env)?)?;
-    let usable = destinations::usable(env, &all);
+/// One run of the forward relay: re-sends what is due, and the breakers'
+/// probes.
+pub async fn run(env: &Env, engine: &Settings) -> worker::Result<()> {
+    let settings = engine.forward()?;
+    let all = engine.destinations()?;
+    let usable = destinations::usable(engine, all);
     let names: Vec<&str> = usable.iter().map(|d| d.name.as_str()).collect();
     let db = Db::from_env(env)?;
     let now = now_ms();

@@ -5,9 +5,9 @@
 use serde::{Deserialize, Serialize};
 use worker::Env;
 
-use super::destinations::{self, Bounds};
 use crate::clock::now_ms;
 use crate::d1::{Db, Statement};
+use crate::settings::Settings;
 
 /// The window the success rate and latencies are measured over.
 pub const WINDOW_MS: i64 = 60 * 60 * 1000;
@@ -69,12 +69,13 @@ const REPORT: &str = "SELECT json_group_array(json_object('name', name, 'state',
 
 /// Every destination declared, or with state (paused, or ever failed), by
 /// name.
-pub async fn destinations(env: &Env) -> worker::Result<Vec<DestinationReport>> {
+pub async fn destinations(
+    env: &Env,
+    settings: &Settings,
+) -> worker::Result<Vec<DestinationReport>> {
     // A misconfiguration shows as no declared destination, not an error:
     // the console must still show what exists.
-    let declared = Bounds::from_env(env)
-        .and_then(|bounds| destinations::all(env, &bounds))
-        .unwrap_or_default();
+    let declared = settings.destinations().unwrap_or_default();
     let names: Vec<&str> = declared.iter().map(|d| d.name.as_str()).collect();
     let since = now_ms() - WINDOW_MS;
     let statement = Statement::new(

@@ -14,6 +14,7 @@ use crate::http;
 use crate::inbox::client;
 use crate::log;
 use crate::outbox::CallError;
+use crate::settings::Settings;
 
 /// The delivery an attempt is for, as its row names it.
 pub struct Delivery<'a> {
@@ -60,11 +61,12 @@ struct AttemptLine<'a> {
 /// Makes one attempt; `destination` is `None` when it is no longer declared.
 pub async fn attempt(
     env: &Env,
+    settings: &Settings,
     destination: Option<&Destination>,
     delivery: &Delivery<'_>,
 ) -> Attempt {
     let attempt = match destination {
-        Some(destination) => post(env, destination, delivery).await,
+        Some(destination) => post(env, settings, destination, delivery).await,
         // Claims take declared destinations only; should one go meanwhile,
         // the delivery waits for it.
         None => Attempt::NotMade {
@@ -99,9 +101,14 @@ pub async fn attempt(
     attempt
 }
 
-async fn post(env: &Env, destination: &Destination, delivery: &Delivery<'_>) -> Attempt {
+async fn post(
+    env: &Env,
+    settings: &Settings,
+    destination: &Destination,
+    delivery: &Delivery<'_>,
+) -> Attempt {
     let not_made = |why: String, lasting| Attempt::NotMade { why, lasting };
-    let keys = match destination.keys(env) {
+    let keys = match settings.keys(destination) {
         Ok(keys) => keys,
         Err(e) => return not_made(e.0, false),
     };
@@ -115,7 +122,7 @@ async fn post(env: &Env, destination: &Destination, delivery: &Delivery<'_>) -> 
     };
     let stored = Forward::read(Some(&forward)).headers;
     let timestamp = now_ms() / 1000;
-    let signature = sign::signature(&keys, delivery.id, timestamp, body.as_bytes());
+    let signature = sign::signature(keys, delivery.id, timestamp, body.as_bytes());
     let timestamp = timestamp.to_string();
     let (kind, event_id) = (header_safe(delivery.kind), header_safe(delivery.event_id));
     let passed = stored

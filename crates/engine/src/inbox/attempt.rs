@@ -210,7 +210,7 @@ impl Inbox {
         let written = if Fault::d1_down(row.fault, now_ms()) {
             Err("injected fault: D1 unavailable".into())
         } else {
-            let written = failed_events::record(&self.env, &row.event, error).await;
+            let written = failed_events::record(&self.env, &self.engine, &row.event, error).await;
             match row.fault {
                 Some(Fault::ReportLate(_)) => {
                     worker::Delay::from(std::time::Duration::from_secs(3)).await;

@@ -51,10 +51,11 @@ use self::client::{Answer, Handoff, BAD_HANDOFF, NOT_STORED, UNPLANNABLE};
 use self::state::{EventState, Outcome};
 use self::store::{Claim, EventRow, Store};
 use crate::clock::now_ms;
-use crate::config::{ConfigError, InboxSettings, ReplyAfter};
+use crate::config::{InboxSettings, ReplyAfter};
 use crate::effects;
 use crate::fault::Fault;
 use crate::log::{self, Line};
+use crate::settings::Settings;
 
 /// The Durable Object, one per `"{source}:{id}"`, that serializes an
 /// event's copies, claims it, stores it before replying, and applies its
@@ -74,7 +75,7 @@ pub(crate) struct Inbox {
     env: Env,
     store: Store,
     /// Parsed once per instance; a bad variable fails every call, by name.
-    settings: std::result::Result<InboxSettings, ConfigError>,
+    engine: Rc<Settings>,
     /// Whether this instance is inside an effect attempt right now, or has
     /// one queued after a reply. An attempt can only be in flight in the
     /// live instance, so memory is the right place; it keeps the alarm from
@@ -86,13 +87,12 @@ pub(crate) struct Inbox {
 impl DurableObject for EventInbox {
     fn new(state: State, env: Env) -> Self {
         let store = Store::new(state.storage().sql());
-        let settings = InboxSettings::from_env(&env);
-        log::configure(&env);
+        let engine = Settings::of(&env);
         let inbox = Inbox {
             state,
             env,
             store,
-            settings,
+            engine,
             effect_running: Cell::new(false),
         };
         EventInbox {
@@ -150,7 +150,7 @@ impl Inbox {
     }
 
     pub(super) fn settings(&self) -> Result<&InboxSettings> {
-        self.settings.as_ref().map_err(|e| e.clone().into())
+        self.engine.inbox().map_err(Into::into)
     }
 
     /// The body, and what forwarding sends with it (see [`client::BODY`]).

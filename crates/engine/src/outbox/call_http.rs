@@ -65,7 +65,7 @@ pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, CallEr
         return Err(CallError::Unreadable);
     }
     let Some(url) = config::optional(call.env, &http_call.target) else {
-        return unconfigured(call.env, &http_call.target);
+        return unconfigured(call, &http_call.target);
     };
     post_json(&url, http_call.body.get(), call, None).await?;
     Ok(Performed::Sent)

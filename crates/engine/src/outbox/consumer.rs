@@ -13,17 +13,22 @@ use super::claims::{Claimed, Current, Rows};
 use super::notify_operator::{self, Alert};
 use super::{dead_letter, enqueue_now, Action, Call, CallError, Job, OutboxStatus, Performed};
 use crate::clock::now_ms;
-use crate::config::{self, OutboxSettings};
+use crate::config::OutboxSettings;
 use crate::d1::Db;
 use crate::fault::Fault;
 use crate::log::{self, Line};
+use crate::settings::Settings;
 
 /// Performs a batch's messages, each its own row, concurrently: a slow
 /// target holds up neither the other calls nor their `sent` marks.
-pub async fn consume(batch: MessageBatch<JsValue>, env: &Env) -> worker::Result<()> {
-    let settings = OutboxSettings::from_env(env)?;
+/// Performs a batch of outbox rows (their keys), each once.
+pub async fn consume(
+    batch: MessageBatch<JsValue>,
+    env: &Env,
+    engine: &Settings,
+) -> worker::Result<()> {
+    let settings = engine.outbox()?;
     let rows = Rows(Db::from_env(env)?);
-    let test_faults = config::test_faults(env);
     let mut jobs: Vec<(RawMessage, Job)> = Vec::new();
     for message in batch.raw_iter() {
         let job: Option<Job> = message
@@ -44,7 +49,7 @@ pub async fn consume(batch: MessageBatch<JsValue>, env: &Env) -> worker::Result<
     if jobs.is_empty() {
         return Ok(());
     }
-    match settle(&jobs, test_faults, &rows, env, &settings).await {
+    match settle(&jobs, &rows, env, engine).await {
         Ok(next) => {
             for ((message, _), next) in jobs.iter().zip(next) {
                 match next {
@@ -88,11 +93,11 @@ enum Next {
 /// end together, costs one.
 async fn settle(
     jobs: &[(RawMessage, Job)],
-    test_faults: bool,
     rows: &Rows,
     env: &Env,
-    settings: &OutboxSettings,
+    engine: &Settings,
 ) -> worker::Result<Vec<Next>> {
+    let settings = engine.outbox()?;
     let keys: Vec<&str> = jobs.iter().map(|(_, job)| job.key.as_str()).collect();
     let now = now_ms();
     let claimed = rows.claim(&keys, now, settings.lease_ms).await?;
@@ -104,8 +109,8 @@ async fn settle(
                 .iter()
                 .map(|(_, job)| job)
                 .find(|job| job.key == row.key);
-            let fault = job.and_then(|job| job.fault).filter(|_| test_faults);
-            perform(row, fault, rows, env, settings).map(move |done| (i, done))
+            let fault = job.and_then(|job| job.fault).filter(|_| engine.test_faults);
+            perform(row, fault, rows, env, engine).map(move |done| (i, done))
         })
         .collect();
     let mut decided: Vec<Option<Next>> = vec![None; claimed.len()];
@@ -230,11 +235,13 @@ async fn perform(
     fault: Option<Fault>,
     rows: &Rows,
     env: &Env,
-    settings: &OutboxSettings,
+    engine: &Settings,
 ) -> worker::Result<Done> {
+    let settings = engine.outbox()?;
     let key = claim.key.as_str();
     let call = Call {
         env,
+        settings: engine,
         key,
         timeout_ms: settings.call_timeout_ms(),
     };
@@ -271,7 +278,7 @@ async fn perform(
                     attempts: claim.attempts,
                     error: &error,
                 };
-                alert.row(&notify_operator::settings(env), at)
+                alert.row(&notify_operator::settings(engine), at)
             });
             let (alert, alert_key) = alert.unzip();
             let (dead, alerted) = claim.mark_dead(rows, &error, at, alert).await?;

@@ -43,11 +43,11 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use worker::{web_sys, Env, Fetch};
 
-use crate::config;
 use crate::d1::Statement;
 use crate::event::VerifiedEvent;
 use crate::http;
 use crate::names::named_enum;
+use crate::settings::Settings;
 
 named_enum! {
     /// Every kind of side effect. Its name (the variant in snake_case) is what
@@ -183,8 +183,8 @@ pub(crate) enum Performed {
 /// (`SIDE_EFFECTS = "log"`, as in `.dev.vars.example`); anywhere else a
 /// failure that retries and dead-letters like any other, so a deploy that
 /// forgot a variable cannot silently drop emails.
-pub(crate) fn unconfigured(env: &Env, variable: &str) -> Result<Performed, CallError> {
-    if config::text_is(env, "SIDE_EFFECTS", "log") {
+pub(crate) fn unconfigured(call: &Call, variable: &str) -> Result<Performed, CallError> {
+    if call.settings.side_effects_log {
         Ok(Performed::Skipped(format!("{variable} is not set")))
     } else {
         Err(CallError::Unconfigured(variable.to_string()))
@@ -193,7 +193,11 @@ pub(crate) fn unconfigured(env: &Env, variable: &str) -> Result<Performed, CallE
 
 /// What a performer needs besides its payload.
 pub(crate) struct Call<'a> {
+    /// Where a performer reads its target's variable (by the name its row
+    /// carries: an [`HttpCall`] names its own).
     pub env: &'a Env,
+    /// The isolate's settings.
+    pub settings: &'a Settings,
     /// The row's idempotency key, sent as `Idempotency-Key`.
     pub key: &'a str,
     /// When to give up on the target (see `OutboxSettings::call_timeout_ms`).

@@ -25,7 +25,7 @@ impl ChatMessage {
 /// in an error or a log line.
 pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, CallError> {
     let Some(url) = config::optional(call.env, "NOTIFY_URL") else {
-        return unconfigured(call.env, "NOTIFY_URL");
+        return unconfigured(call, "NOTIFY_URL");
     };
     post_json(&url, payload, call, None).await?;
     Ok(Performed::Sent)

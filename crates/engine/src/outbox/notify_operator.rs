@@ -17,17 +17,17 @@
 //! dead is logged, never alerted (no loop).
 
 use super::{post_json, Call, CallError, ChatMessage, Performed};
-use worker::Env;
 
 pub use super::alert::Alert;
 use crate::config::{self, AlertSettings};
 use crate::log::{self, Line};
+use crate::settings::Settings;
 
 /// The alert settings where an alert is due: a misconfiguration (which the
 /// receiver refuses deliveries over, naming the variable) is logged here and
 /// the defaults are used, so that the alert still goes out.
-pub fn settings(env: &Env) -> AlertSettings {
-    AlertSettings::from_env(env).unwrap_or_else(|e| {
+pub fn settings(settings: &Settings) -> AlertSettings {
+    settings.alerts().cloned().unwrap_or_else(|e| {
         log::error(&Line::new("alert_misconfigured").error(e));
         AlertSettings {
             interval_ms: 15 * 60 * 1000,

@@ -6,9 +6,9 @@ use worker::Env;
 
 use super::{dead_letter, enqueue};
 use crate::clock::now_ms;
-use crate::config::OutboxSettings;
 use crate::d1::{Db, Statement};
 use crate::log::{self, Line};
+use crate::settings::Settings;
 
 /// Rows the relay re-sends per run: ten batches, so that a backlog left by
 /// a lost queue (a local runtime killed with its messages in memory) drains
@@ -21,8 +21,8 @@ const ROWS_PER_RUN: i64 = 1_000;
 /// each re-sent row's due time to now, so a backlog that is only slow (a
 /// deployed queue behind a struggling consumer) is re-sent once per grace
 /// period, not on every run.
-pub async fn run(env: &Env) -> worker::Result<()> {
-    let settings = OutboxSettings::from_env(env)?;
+pub async fn run(env: &Env, engine: &Settings) -> worker::Result<()> {
+    let settings = engine.outbox()?;
     let now = now_ms();
     let due = Statement::new(
         "UPDATE outbox SET next_attempt_at = ?2 WHERE idempotency_key IN (\

@@ -28,7 +28,7 @@ impl Email {
 pub async fn perform(payload: &str, call: &Call<'_>) -> Result<Performed, CallError> {
     let env = call.env;
     let Some(api) = config::optional(env, "EMAIL_API_URL") else {
-        return unconfigured(env, "EMAIL_API_URL");
+        return unconfigured(call, "EMAIL_API_URL");
     };
     let email: Email = serde_json::from_str(payload).map_err(|_| CallError::Unreadable)?;
     #[derive(Serialize)]

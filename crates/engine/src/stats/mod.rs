@@ -24,6 +24,8 @@
 
 mod pending;
 
+use std::rc::Rc;
+
 use worker::Env;
 
 use crate::clock;
@@ -32,6 +34,7 @@ use crate::log::{self, Line};
 use crate::names::named_enum;
 use crate::outbox;
 use crate::outbox::notify_operator::{self, Alert};
+use crate::settings::Settings;
 
 use self::pending::Wake;
 pub use self::pending::{count, count_trend, take_due, Due, Sleeper};
@@ -132,13 +135,14 @@ impl Counts {
 
 /// Sleeps, then flushes what was counted meanwhile once the interval has
 /// passed (for a request's `wait_until`).
-pub async fn flush_later(env: Env, sleeper: Sleeper, interval_ms: u64) {
+pub async fn flush_later(env: Env, settings: Rc<Settings>, sleeper: Sleeper) {
+    let interval_ms = settings.stats_flush_ms;
     let mut sleep_ms = sleeper.sleep_ms;
     loop {
         worker::Delay::from(std::time::Duration::from_millis(sleep_ms)).await;
         let now = clock::now_ms();
         match pending::wake(sleeper, now as u64, interval_ms) {
-            Wake::Flush(counts) => return flush(env, counts, now).await,
+            Wake::Flush(counts) => return flush(env, settings, counts, now).await,
             Wake::Again(ms) => sleep_ms = ms,
             Wake::Done => return,
         }
@@ -187,8 +191,8 @@ fn statements(counts: &Counts, now_ms: i64) -> Vec<Statement> {
 /// alert's row is conditional on the sum in D1), and sends the alerts
 /// written. On failure the counts are logged and dropped: telemetry is not
 /// worth a retry loop.
-pub async fn flush(env: Env, counts: Counts, now_ms: i64) {
-    let (alerts, keys) = refusal_alerts(&env, &counts, now_ms);
+pub async fn flush(env: Env, settings: Rc<Settings>, counts: Counts, now_ms: i64) {
+    let (alerts, keys) = refusal_alerts(&settings, &counts, now_ms);
     let mut statements = statements(&counts, now_ms);
     let first_alert = statements.len();
     statements.extend(alerts);
@@ -216,7 +220,11 @@ pub async fn flush(env: Env, counts: Counts, now_ms: i64) {
 /// `counts`, and its key: written once the minute's sum reaches the
 /// threshold, once per alert bucket. Requests to sources that do not exist
 /// (`(unknown)`, a scanner) are charted, never alerted.
-fn refusal_alerts(env: &Env, counts: &Counts, now_ms: i64) -> (Vec<Statement>, Vec<String>) {
+fn refusal_alerts(
+    engine: &Settings,
+    counts: &Counts,
+    now_ms: i64,
+) -> (Vec<Statement>, Vec<String>) {
     let refused = counts
         .trend
         .iter()
@@ -224,7 +232,7 @@ fn refusal_alerts(env: &Env, counts: &Counts, now_ms: i64) -> (Vec<Statement>, V
     let mut settings = None;
     refused
         .map(|(minute, source, _, _)| {
-            let settings = settings.get_or_insert_with(|| notify_operator::settings(env));
+            let settings = settings.get_or_insert_with(|| notify_operator::settings(engine));
             let alert = Alert::Refusals {
                 source,
                 minute: *minute,
