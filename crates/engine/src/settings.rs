@@ -17,7 +17,7 @@ use crate::config::{
     OutboxSettings, ReplyAfter,
 };
 use crate::forward::destinations::{self, Bounds, Destination};
-use crate::log::{self, Level};
+use crate::log::{self, Level, Line};
 use crate::providers::{self, Provider};
 use crate::signature::Secrets;
 use crate::sources::{self, SourceConfig};
@@ -73,13 +73,20 @@ thread_local! {
 }
 
 impl Settings {
-    /// This isolate's settings: parsed from `env` on first use, then kept.
+    /// This isolate's settings: parsed from `env` on first use, then kept
+    /// (logged once as `settings_parsed`, which `make profile` counts).
     /// Sets the isolate's log level too.
     pub fn of(env: &Env) -> Rc<Settings> {
-        let settings =
-            SETTINGS.with(|cell| cell.get_or_init(|| Rc::new(Settings::parse(env))).clone());
-        log::set_level(settings.log_level.unwrap_or(Level::Info));
-        settings
+        SETTINGS.with(|cell| {
+            if let Some(settings) = cell.get() {
+                return settings.clone();
+            }
+            let settings = cell.get_or_init(|| Rc::new(Settings::parse(env))).clone();
+            log::set_level(settings.log_level.unwrap_or(Level::Info));
+            let sources = settings.sources.as_ref().map_or(0, Vec::len);
+            log::info(&Line::new("settings_parsed").counts(sources));
+            settings
+        })
     }
 
     fn parse(env: &Env) -> Settings {
