@@ -113,7 +113,7 @@ migrate: setup
 ## and its new migrations, after yours. ENGINE is a directory or a version:
 ## `make upgrade ENGINE=../idempotent-webhooks`. See docs/upgrades.md.
 upgrade:
-	node scripts/upgrade.mjs "$(ENGINE)"
+	FORCE="$(FORCE)" node scripts/upgrade.mjs "$(ENGINE)"
 
 ## cargo generate from this checkout into a temporary directory, three
 ## copies (Stripe alone; GitHub and hmac; every default), each checked for

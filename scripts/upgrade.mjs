@@ -3,92 +3,166 @@
 //
 // 1. Its code: crates/engine is replaced whole by ENGINE, a directory (an
 //    engine, or a checkout that holds one in crates/engine), or a version
-//    of the published `webhook-engine` crate, fetched by cargo.
-// 2. Its migrations: each file of the engine's migrations/ that this copy's
-//    migrations/ lacks (by name, after the number) is appended after the
-//    last one, numbered in sequence. No file is renamed or edited, so a
-//    database that applied them keeps its history.
+//    of the published `webhook-engine` crate, fetched by cargo. The app's
+//    `worker` dependency follows the engine's version of it.
+// 2. Its migrations: each file of the engine's migrations/ (all named
+//    `NNNN_engine_…`) that this copy's migrations/ lacks, by name after the
+//    number, is appended after the last one, numbered in sequence. No file
+//    is renamed or edited, so a database that applied them keeps its
+//    history.
 //
-// Refuses, changing nothing, if crates/engine holds changes git has not
-// committed (the engine is not yours to edit: they would be lost). Then
-// `make test` proves the copy, and `make deploy` applies the migrations.
+// Everything is checked before anything changes. It refuses if
+// crates/engine holds changes git has not committed (the engine is not
+// yours to edit: they would be lost), or if this is not a git work tree
+// (nothing can tell; FORCE=1 replaces it anyway), or if a migration the
+// copy holds differs from the engine's file of that name. The new code is
+// copied beside the old one first, then swapped in. Then `make test` proves
+// the copy, and `make deploy` applies the migrations.
 import { execFileSync } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, relative, resolve } from "node:path";
+import { dirname, join, relative, sep } from "node:path";
 
 const HERE = "crates/engine";
 const NAME = "webhook-engine";
+const ENGINE_MIGRATION = /^\d{4}_engine_[a-z0-9_]+\.sql$/;
 
 const fail = (why) => {
   console.error(`make upgrade: ${why}`);
   process.exit(1);
 };
-const manifest = (dir) => (existsSync(join(dir, "Cargo.toml")) ? readFileSync(join(dir, "Cargo.toml"), "utf8") : "");
+const read = (path) => (existsSync(path) ? readFileSync(path, "utf8") : "");
+const manifest = (dir) => read(join(dir, "Cargo.toml"));
 const field = (toml, key) => toml.match(new RegExp(`^${key} = "([^"]*)"`, "m"))?.[1];
 const isEngine = (dir) => field(manifest(dir), "name") === NAME;
+/** The `worker` version a manifest asks for (`worker = "x"` or `worker = { version = "x", … }`). */
+const workerVersion = (toml) => toml.match(/^worker = (?:"([^"]+)"|\{[^}\n]*version = "([^"]+)")/m)?.slice(1).find(Boolean);
 
 /** The directory that holds the engine ENGINE names. */
 function source(engine) {
   if (existsSync(engine)) {
     const dir = isEngine(engine) ? engine : join(engine, HERE);
     if (!isEngine(dir)) fail(`${engine} holds no ${NAME} (neither its Cargo.toml nor ${HERE}/Cargo.toml names it)`);
-    return resolve(dir);
+    return realpathSync(dir);
   }
   if (!/^\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$/.test(engine)) fail(`ENGINE=${engine} is neither a directory nor a version (x.y.z)`);
   // A throwaway package that depends on exactly that version: cargo fetches
   // it from the registry and says where its sources are.
   const scratch = mkdtempSync(join(tmpdir(), "engine-"));
-  mkdirSync(join(scratch, "src"));
-  writeFileSync(join(scratch, "src", "lib.rs"), "");
-  writeFileSync(
-    join(scratch, "Cargo.toml"),
-    `[package]\nname = "fetch-engine"\nversion = "0.0.0"\nedition = "2021"\n\n[dependencies]\n${NAME} = { version = "=${engine}", default-features = false }\n`,
-  );
-  const metadata = JSON.parse(execFileSync("cargo", ["metadata", "--format-version", "1", "--manifest-path", join(scratch, "Cargo.toml")], { encoding: "utf8" }));
-  rmSync(scratch, { recursive: true, force: true });
-  const found = metadata.packages.find((p) => p.name === NAME && p.version === engine);
-  if (!found) fail(`cargo found no ${NAME} ${engine}`);
-  return dirname(found.manifest_path);
-}
-
-/** Changes to crates/engine that git holds uncommitted, if this is a git work tree. */
-function uncommitted() {
   try {
-    return execFileSync("git", ["status", "--porcelain", "--", HERE], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
-  } catch {
-    return "";
+    mkdirSync(join(scratch, "src"));
+    writeFileSync(join(scratch, "src", "lib.rs"), "");
+    writeFileSync(
+      join(scratch, "Cargo.toml"),
+      `[package]\nname = "fetch-engine"\nversion = "0.0.0"\nedition = "2021"\n\n[dependencies]\n${NAME} = { version = "=${engine}", default-features = false }\n`,
+    );
+    const metadata = JSON.parse(execFileSync("cargo", ["metadata", "--format-version", "1", "--manifest-path", join(scratch, "Cargo.toml")], { encoding: "utf8" }));
+    const found = metadata.packages.find((p) => p.name === NAME && p.version === engine);
+    if (!found) fail(`cargo found no ${NAME} ${engine}`);
+    return realpathSync(dirname(found.manifest_path));
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
   }
 }
+
+/** What git says of crates/engine: `null` outside a git work tree. */
+function gitStatus() {
+  try {
+    execFileSync("git", ["rev-parse", "--is-inside-work-tree"], { stdio: "ignore" });
+  } catch {
+    return null;
+  }
+  return execFileSync("git", ["status", "--porcelain", "--ignored", "--", HERE], { encoding: "utf8" }).trim();
+}
+
+/** Every file under `dir`, relative, with its content; what cargo adds to a package is left out. */
+function files(dir) {
+  const out = new Map();
+  const walk = (at) => {
+    for (const entry of readdirSync(at, { withFileTypes: true })) {
+      const path = join(at, entry.name);
+      const rel = relative(dir, path);
+      if (/^(target|\.git|Cargo\.lock|\.cargo_vcs_info\.json|Cargo\.toml\.orig|\.cargo-ok)$/.test(rel)) continue;
+      if (entry.isDirectory()) walk(path);
+      else out.set(rel, readFileSync(path));
+    }
+  };
+  walk(dir);
+  return out;
+}
+const same = (a, b) => a.size === b.size && [...a].every(([path, bytes]) => b.get(path)?.equals(bytes));
 
 const engine = process.argv[2];
 if (!engine) fail("say which engine: make upgrade ENGINE=<path or version>");
 if (!existsSync("migrations") || !isEngine(HERE)) fail(`run it in a copy's root (its ${HERE}/ and migrations/)`);
+const here = realpathSync(HERE);
 const from = source(engine);
-if (from === resolve(HERE)) fail(`ENGINE is this copy's own ${HERE}`);
+const within = (a, b) => a === b || a.startsWith(b + sep);
+if (within(from, here) || within(here, from)) fail(`ENGINE is, or holds, this copy's own ${HERE}`);
 if (!existsSync(join(from, "src", "lib.rs"))) fail(`${from} has no src/lib.rs`);
-const changed = uncommitted();
-if (changed) fail(`${HERE} has changes git has not committed; commit or drop them first:\n${changed}`);
 
-// 1. The code, whole: what the new engine no longer has goes too.
-const before = field(manifest(HERE), "version");
-rmSync(HERE, { recursive: true, force: true });
-cpSync(from, HERE, { recursive: true, filter: (path) => !/^(target|\.git|Cargo\.lock|\.cargo_vcs_info\.json|Cargo\.toml\.orig)$/.test(relative(from, path)) });
-const after = field(manifest(HERE), "version");
-
-// 2. The engine's migrations this copy lacks, after its last one.
+// What will change, all checked first.
+const incoming = files(from);
+const replace = !same(files(here), incoming);
+if (replace) {
+  const status = gitStatus();
+  if (status === null && process.env.FORCE !== "1") {
+    fail(`not a git work tree: nothing can tell whether ${HERE} holds edits of yours. Commit the copy to git, or FORCE=1 to replace it anyway`);
+  }
+  if (status) fail(`${HERE} has changes git has not committed; commit or drop them first:\n${status}`);
+}
 const named = (file) => file.slice(5);
+const theirs = [...incoming.keys()].filter((path) => path.startsWith(`migrations${sep}`) && path.endsWith(".sql")).map((path) => path.slice("migrations".length + 1)).sort();
+const odd = theirs.filter((file) => !ENGINE_MIGRATION.test(file));
+if (odd.length) fail(`the engine's migrations must be named NNNN_engine_<what>.sql: ${odd.join(", ")}`);
 const ours = readdirSync("migrations").filter((file) => /^\d{4}_.*\.sql$/.test(file)).sort();
-const theirs = existsSync(join(HERE, "migrations")) ? readdirSync(join(HERE, "migrations")).filter((file) => file.endsWith(".sql")).sort() : [];
-let last = ours.length ? Number(ours.at(-1).slice(0, 4)) : 0;
 const added = [];
-for (const file of theirs.filter((f) => !ours.some((o) => named(o) === named(f)))) {
-  last += 1;
-  const to = `${String(last).padStart(4, "0")}_${named(file)}`;
-  cpSync(join(HERE, "migrations", file), join("migrations", to));
-  added.push(to);
+let last = ours.length ? Number(ours.at(-1).slice(0, 4)) : 0;
+for (const file of theirs) {
+  const mine = ours.find((o) => named(o) === named(file));
+  const text = incoming.get(join("migrations", file));
+  if (mine && !readFileSync(join("migrations", mine)).equals(text)) {
+    fail(`migrations/${mine} differs from the engine's ${file}: an applied migration is never edited. Keep yours and ask why the engine's changed`);
+  }
+  if (!mine) {
+    last += 1;
+    added.push([`${String(last).padStart(4, "0")}_${named(file)}`, text]);
+  }
+}
+const appManifest = read("Cargo.toml");
+const ourWorker = workerVersion(appManifest);
+const theirWorker = workerVersion(incoming.get("Cargo.toml").toString());
+
+// 1. The code, whole (what the new engine no longer has goes too): copied
+// beside the old one, then swapped in, so a failed copy leaves it as it was.
+const before = field(manifest(HERE), "version");
+if (replace) {
+  const next = join(dirname(HERE), ".engine-next");
+  const old = join(dirname(HERE), ".engine-old");
+  rmSync(next, { recursive: true, force: true });
+  rmSync(old, { recursive: true, force: true });
+  try {
+    for (const [path, bytes] of incoming) {
+      mkdirSync(dirname(join(next, path)), { recursive: true });
+      writeFileSync(join(next, path), bytes);
+    }
+  } catch (e) {
+    rmSync(next, { recursive: true, force: true });
+    fail(`copying the new engine failed, nothing changed: ${e.message}`);
+  }
+  renameSync(HERE, old);
+  renameSync(next, HERE);
+  rmSync(old, { recursive: true, force: true });
+}
+if (ourWorker && theirWorker && ourWorker !== theirWorker) {
+  writeFileSync("Cargo.toml", appManifest.replace(/^worker = "[^"]+"/m, `worker = "${theirWorker}"`));
+  console.log(`make upgrade: worker ${ourWorker} -> ${theirWorker} in Cargo.toml, as the engine uses`);
 }
 
-console.log(`make upgrade: ${NAME} ${before} -> ${after} (from ${from})`);
-console.log(added.length ? `make upgrade: new migrations: ${added.map((f) => `migrations/${f}`).join(", ")}` : "make upgrade: no new migration");
+// 2. The engine's migrations this copy lacks, after its last one.
+for (const [file, text] of added) writeFileSync(join("migrations", file), text);
+
+const after = field(manifest(HERE), "version");
+console.log(replace ? `make upgrade: ${NAME} ${before} -> ${after} (from ${from})` : `make upgrade: ${HERE} is already that engine (${after})`);
+console.log(added.length ? `make upgrade: new migrations: ${added.map(([f]) => `migrations/${f}`).join(", ")}` : "make upgrade: no new migration");
 console.log("make upgrade: next, `make test`; `make deploy` applies the new migrations (`make dev` applies them locally)");

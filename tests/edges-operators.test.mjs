@@ -299,4 +299,25 @@ describe("LOG_LEVEL", () => {
       await bad.dispose();
     }
   });
+
+  // Read once per isolate, still checked on every delivery: an event is
+  // never acknowledged into an inbox or an outbox that cannot run.
+  test("a bad inbox or outbox setting refuses deliveries, naming it, and stores nothing", async () => {
+    for (const [name, value, why] of [
+      ["RETENTION", "30x", /^RETENTION must be a duration/],
+      ["EFFECT_MAX_ATTEMPTS", "ten", /^EFFECT_MAX_ATTEMPTS must be a whole number/],
+      ["OUTBOX_LEASE_MS", "abc", /^OUTBOX_LEASE_MS must be a whole number/],
+    ]) {
+      const bad = await startWorker({ [name]: value });
+      try {
+        const body = checkoutCompleted();
+        assert.deepEqual(await sendStripe(bad, body), { status: 500, body: { error: "misconfigured" } }, name);
+        assert.match(bad.logged("delivery")[0].detail, why);
+        assert.equal(await bad.inboxState(`stripe:${JSON.parse(body).id}`), null, "nothing stored");
+        assert.equal(await bad.scalar("SELECT count(*) FROM processed_events"), 0);
+      } finally {
+        await bad.dispose();
+      }
+    }
+  });
 });

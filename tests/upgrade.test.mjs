@@ -1,11 +1,13 @@
 // `make upgrade ENGINE=<path>` (scripts/upgrade.mjs) on a copy: the engine's
 // code replaced whole, its new migrations appended after the copy's own,
 // numbered in sequence, none renamed; a second run changes nothing; a bad
-// ENGINE, or uncommitted edits to the engine, change nothing. No build:
-// `make template-check`'s upgrade drill builds and tests an upgraded copy.
+// ENGINE, uncommitted edits to the engine, a copy outside git (without
+// FORCE=1) or a migration that differs from the engine's change nothing.
+// No build: `make template-check`'s upgrade drill builds and tests an
+// upgraded copy.
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, test } from "node:test";
@@ -50,7 +52,16 @@ test("migrations/ holds every engine migration, unchanged, in the engine's order
   for (const [i, file] of here.entries()) assert.equal(readFileSync(`migrations/${file}`, "utf8"), readFileSync(`${ENGINE}/${engine[i]}`, "utf8"), file);
 });
 
-const upgrade = (cwd, engine) => spawnSync("node", [SCRIPT, engine], { cwd, encoding: "utf8" });
+/** `make upgrade`, in `cwd`: FORCE=1 unless `env` says otherwise (the copies here are not git work trees). */
+const upgrade = (cwd, engine, env = { FORCE: "1" }) => spawnSync("node", [SCRIPT, engine], { cwd, encoding: "utf8", env: { ...process.env, FORCE: "", ...env } });
+const git = (dir, ...args) => execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.com", ...args], { cwd: dir, stdio: "pipe" });
+/** The copy, committed to a new git repository. */
+function committed(dir) {
+  git(dir, "init", "-q");
+  git(dir, "add", ".");
+  git(dir, "commit", "-q", "-m", "copy");
+  return dir;
+}
 const list = (dir) => readdirSync(join(dir, "migrations")).sort();
 const tree = (dir) => execFileSync("find", [".", "-type", "f"], { cwd: dir, encoding: "utf8" }).split("\n").sort().join("\n");
 
@@ -113,18 +124,76 @@ test("an ENGINE that is no engine, or no version, changes nothing", () => {
   assert.match(nowhere.stderr, /run it in a copy's root/);
 });
 
-test("edits to crates/engine that git has not committed stop it, before anything changes", () => {
+test("edits to crates/engine that git has not committed, or files it ignores there, stop it, before anything changes", () => {
+  for (const edit of [
+    (dir) => writeFileSync(join(dir, "crates/engine/src/clock.rs"), "// mine\n"),
+    (dir) => writeFileSync(join(dir, "crates/engine/src/mine.rs"), "// mine\n"),
+  ]) {
+    const dir = committed(copy());
+    edit(dir);
+    const before = tree(dir);
+    const run = upgrade(dir, newer(), {});
+    assert.equal(run.status, 1);
+    assert.match(run.stderr, /changes git has not committed/);
+    assert.equal(tree(dir), before);
+  }
+});
+
+test("in a git work tree with the engine committed, it upgrades without FORCE", () => {
+  const dir = committed(copy());
+  const run = upgrade(dir, newer(), {});
+  assert.equal(run.status, 0, run.stderr);
+  assert.ok(list(dir).at(-1).endsWith("_engine_drill.sql"));
+});
+
+test("outside git, it refuses without FORCE=1: nothing can tell the engine holds no edits", () => {
   const dir = copy();
-  const git = (...args) => execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.com", ...args], { cwd: dir, stdio: "pipe" });
-  git("init", "-q");
-  git("add", ".");
-  git("commit", "-q", "-m", "copy");
-  writeFileSync(join(dir, "crates/engine/src/clock.rs"), "// mine\n");
   const before = tree(dir);
-  const run = upgrade(dir, newer());
+  const run = upgrade(dir, newer(), {});
   assert.equal(run.status, 1);
-  assert.match(run.stderr, /changes git has not committed/);
+  assert.match(run.stderr, /not a git work tree/);
   assert.equal(tree(dir), before);
-  assert.equal(readFileSync(join(dir, "crates/engine/src/clock.rs"), "utf8"), "// mine\n");
-  assert.ok(!existsSync(join(dir, "migrations", "engine_drill.sql")));
+});
+
+test("the copy's own engine through a symlink is refused, and the engine stays", () => {
+  const dir = copy();
+  const link = join(work, `link-${made++}`);
+  symlinkSync(dir, link);
+  const before = tree(dir);
+  const run = upgrade(dir, link);
+  assert.equal(run.status, 1);
+  assert.match(run.stderr, /this copy's own crates\/engine/);
+  assert.equal(tree(dir), before);
+});
+
+test("a migration the copy holds that differs from the engine's, or an engine migration not named NNNN_engine_, changes nothing", () => {
+  const dir = copy();
+  const engine = newer();
+  const schema = readdirSync(join(engine, "migrations")).sort()[0];
+  writeFileSync(join(engine, "migrations", schema), `${readFileSync(join(engine, "migrations", schema), "utf8")}-- edited\n`);
+  const before = tree(dir);
+  const edited = upgrade(dir, engine);
+  assert.equal(edited.status, 1);
+  assert.match(edited.stderr, /differs from the engine's/);
+  assert.equal(tree(dir), before);
+
+  const misnamed = newer();
+  writeFileSync(join(misnamed, "migrations", "0099_indexes.sql"), "SELECT 1;\n");
+  const run = upgrade(dir, misnamed);
+  assert.equal(run.status, 1);
+  assert.match(run.stderr, /must be named NNNN_engine_/);
+  assert.equal(tree(dir), before);
+});
+
+test("the app's worker dependency follows the engine's", () => {
+  const dir = copy();
+  const wanted = readFileSync("crates/engine/Cargo.toml", "utf8").match(/^worker = \{ version = "([^"]+)"/m)[1];
+  writeFileSync(join(dir, "Cargo.toml"), '[package]\nname = "acme"\n\n[dependencies]\nworker = "0.0.1"\n');
+  const run = upgrade(dir, newer());
+  assert.equal(run.status, 0, run.stderr);
+  assert.match(readFileSync(join(dir, "Cargo.toml"), "utf8"), new RegExp(`^worker = "${wanted.replaceAll(".", "\\.")}"$`, "m"));
+});
+
+test("every engine migration is named NNNN_engine_<what>.sql", () => {
+  for (const file of readdirSync("crates/engine/migrations")) assert.match(file, /^\d{4}_engine_[a-z0-9_]+\.sql$/);
 });

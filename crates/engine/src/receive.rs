@@ -296,6 +296,12 @@ async fn receive(
         && source
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    // Without the app, no effect is known: refuse, and the sender retries.
+    if crate::app::get().is_none() {
+        log::error(&log::Line::new("engine_not_started").error(crate::app::NOT_STARTED));
+        let _ = http::drain(&mut req, http::UNWANTED_BODY_MAX_BYTES).await;
+        return Err(Refusal::NotRecorded(crate::app::NOT_STARTED.into()));
+    }
     let found = if valid_name {
         settings.source(source)?
     } else {
@@ -314,6 +320,10 @@ async fn receive(
     // Read where an alert is due; checked here so that a bad value is a
     // refusal naming it, not an alert quietly sent on the defaults.
     settings.alerts()?;
+    // An event is never acknowledged into an inbox or an outbox that
+    // cannot run on these settings.
+    settings.inbox()?;
+    settings.outbox()?;
 
     let body = http::read_capped(&mut req, limits.max_body_bytes).await?;
     trace.bytes = Some(body.len());

@@ -5,7 +5,10 @@
 //!
 //! Each part keeps its own error, met where that part is used: a bad
 //! `DESTINATIONS` refuses the deliveries that forward, a bad secret the
-//! source it belongs to, and nothing else.
+//! source it belongs to, and nothing else. A source's provider is built on
+//! its first delivery, so an app's provider runs for its own source only.
+//! Side effects' targets (a URL, an API key) are read where performed, by
+//! the variable's name their row carries.
 
 use std::cell::OnceCell;
 use std::rc::Rc;
@@ -34,6 +37,23 @@ pub struct Source {
     pub reply_after: ReplyAfter,
 }
 
+/// A source as `[vars.SOURCES]` declares it: what was read, and its
+/// provider, built on its first delivery (an app's provider's code runs
+/// only for its own source's deliveries).
+struct Declared {
+    name: String,
+    read: Result<Read, ConfigError>,
+    built: OnceCell<Result<Source, ConfigError>>,
+}
+
+/// A source's settings and its secret's value, as read.
+struct Read {
+    config: SourceConfig,
+    reply_after: ReplyAfter,
+    secret_var: String,
+    secret: String,
+}
+
 /// The engine's settings, parsed from one isolate's `env`.
 pub struct Settings {
     /// Body cap, signature window, test faults.
@@ -55,7 +75,7 @@ pub struct Settings {
     /// `SIDE_EFFECTS = "log"`: an unset side-effect target is skipped.
     pub side_effects_log: bool,
     /// `[vars.SOURCES]`, each source with its own error.
-    sources: Result<Named<Source>, ConfigError>,
+    sources: Result<Vec<Declared>, ConfigError>,
     /// `[vars.DESTINATIONS]`, checked.
     destinations: Result<Vec<Destination>, ConfigError>,
     /// Each declared destination's signing keys, or why it has none.
@@ -105,11 +125,12 @@ impl Settings {
             Err(_) => Vec::new(),
         };
         let sources = sources::all(env).map(|all| {
-            let source = |(name, config): (String, Result<SourceConfig, ConfigError>)| {
-                let built = config.and_then(|config| source(env, &name, config));
-                (name, built)
+            let declared = |(name, config): (String, Result<SourceConfig, ConfigError>)| {
+                let read = config.and_then(|config| read(env, &name, config));
+                let built = OnceCell::new();
+                Declared { name, read, built }
             };
-            all.into_iter().map(source).collect()
+            all.into_iter().map(declared).collect()
         });
         Settings {
             limits: Limits::from_env(env),
@@ -157,13 +178,15 @@ impl Settings {
     }
 
     /// The source called `name`: `Ok(None)` when there is none.
+    /// Its provider is built, and its secrets checked, on first use.
     pub fn source(&self, name: &str) -> Result<Option<&Source>, ConfigError> {
         let sources = self.sources.as_ref().map_err(Clone::clone)?;
-        match sources.iter().find(|(source, _)| source == name) {
-            Some((_, Ok(source))) => Ok(Some(source)),
-            Some((_, Err(e))) => Err(e.clone()),
-            None => Ok(None),
-        }
+        let Some(declared) = sources.iter().find(|source| source.name == name) else {
+            return Ok(None);
+        };
+        let read = declared.read.as_ref().map_err(Clone::clone)?;
+        let built = declared.built.get_or_init(|| build(read));
+        built.as_ref().map(Some).map_err(Clone::clone)
     }
 
     /// Every declared destination, checked; none when `DESTINATIONS` is unset.
@@ -180,23 +203,35 @@ impl Settings {
     }
 }
 
-/// A source's provider, secrets and reply, checked: a weak or unusable
-/// secret is an error naming its variable.
-fn source(env: &Env, name: &str, config: SourceConfig) -> Result<Source, ConfigError> {
-    let provider = providers::build(&config)?;
+/// A source's reply and its secret's value, read from `env`.
+fn read(env: &Env, name: &str, config: SourceConfig) -> Result<Read, ConfigError> {
     let reply_after = ReplyAfter::from_env(env, name, config.reply_after.as_deref())?;
     let secret_var = config.secret_var(name);
-    let secrets = Secrets::parse(&config::secret(env, &secret_var)?)
-        .map_err(|why| ConfigError(format!("{secret_var}: {why}")))?;
+    let secret = config::secret(env, &secret_var)?;
+    Ok(Read {
+        config,
+        reply_after,
+        secret_var,
+        secret,
+    })
+}
+
+/// A source's provider and secrets, checked: a weak or unusable secret is
+/// an error naming its variable.
+fn build(read: &Read) -> Result<Source, ConfigError> {
+    let provider = providers::build(&read.config)?;
+    let secret_var = &read.secret_var;
+    let secrets =
+        Secrets::parse(&read.secret).map_err(|why| ConfigError(format!("{secret_var}: {why}")))?;
     for secret in secrets.iter() {
         provider
             .check_secret(secret)
             .map_err(|why| ConfigError(format!("{secret_var}: {why}")))?;
     }
     Ok(Source {
-        config,
+        config: read.config.clone(),
         provider,
         secrets,
-        reply_after,
+        reply_after: read.reply_after,
     })
 }

@@ -65,7 +65,7 @@ impl SourceConfig {
 }
 
 /// Every source, by name, each with its settings or why they are wrong.
-pub fn all(env: &Env) -> Result<Named<SourceConfig>, ConfigError> {
+pub(crate) fn all(env: &Env) -> Result<Named<SourceConfig>, ConfigError> {
     let sources = config::table(env, "SOURCES")?.ok_or_else(|| {
         ConfigError("SOURCES is not set: declare [vars.SOURCES] in wrangler.toml".into())
     })?;

@@ -122,6 +122,7 @@ mod tests {
         );
     }
 
+    #[cfg(any(feature = "admin", feature = "dashboard"))]
     #[test]
     fn verdicts_travel_as_text() {
         for verdict in [
@@ -137,6 +138,7 @@ mod tests {
         assert_eq!(Verdict::parse(""), None);
     }
 
+    #[cfg(any(feature = "admin", feature = "dashboard"))]
     #[test]
     fn a_client_is_its_address_or_its_ipv6_slash_64() {
         assert_eq!(client_of(Some("203.0.113.7")), "203.0.113.7");

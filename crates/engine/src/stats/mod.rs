@@ -250,6 +250,7 @@ pub const UNKNOWN_SOURCE: &str = "(unknown)";
 mod tests {
     use super::*;
 
+    #[cfg(feature = "dashboard")]
     #[test]
     fn counters_read_back_as_written() {
         for counter in [
