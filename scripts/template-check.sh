@@ -108,6 +108,7 @@ check() {
     grep -qx "name = \"$NAME\"" wrangler.toml || fail "wrangler.toml keeps the template's worker name"
     grep -qx "database_name = \"$NAME\"" wrangler.toml || fail "the D1 database keeps the template's name"
     grep -qx "queue = \"$NAME-outbox\"" wrangler.toml || fail "the queues keep the template's names"
+    grep -qx "queue = \"$NAME-forward\"" wrangler.toml || fail "the forward queue keeps the template's name"
     # Today, or the newest date the locked workerd supports if that is earlier.
     SUPPORTED=$(grep -A1 '"node_modules/workerd"' package-lock.json |
         sed -n 's/.*"version": "1\.\([0-9]\{4\}\)\([0-9]\{2\}\)\([0-9]\{2\}\)\..*/\1-\2-\3/p')
@@ -115,6 +116,7 @@ check() {
     grep -qx "compatibility_date = \"$DATE\"" wrangler.toml || fail "compatibility_date is not $DATE"
     ! grep -rqs "idempotent-webhooks\|idempotent_webhooks\|webhook-outbox" \
         Cargo.toml Cargo.lock wrangler.toml package.json tests || fail "a template name is left"
+    ! grep -qs "webhook-forward" wrangler.toml || fail "the forward queue keeps the template's name"
     [ ! -e cargo-generate.toml ] && [ ! -e scripts/template ] && [ ! -e scripts/template-check.sh ] ||
         fail "the template's own files are left"
     ! grep -rqsE "^\s*(//|#|--) needs( one of)?: " src tests cli scripts migrations Makefile Cargo.toml || fail "a needs: marker is left"
@@ -128,7 +130,7 @@ check() {
     ! grep -rqs "<!-- needs" docs || fail "a needs: marker is left in docs/"
     [ "$DASHBOARD" = true ] || ! grep -q "^dashboard = " Cargo.toml || fail "the dashboard is left"
     # The engine is vendored whole, as upgrades bring it.
-    diff -r "$ROOT/crates/engine" crates/engine >/dev/null || fail "crates/engine is not the engine"
+    diff -r "$WORK/template/crates/engine" crates/engine >/dev/null || fail "crates/engine is not the engine"
 
     for recipe in $RECIPES; do
         node "$ROOT/scripts/template/apply-recipe.mjs" "$recipe"

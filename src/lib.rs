@@ -15,8 +15,9 @@ use worker::{
     event, Context, Env, MessageBatch, Request, Response, Result, ScheduleContext, ScheduledEvent,
 };
 
-/// The engine's Durable Objects, exported for `wrangler.toml`'s bindings.
-pub use webhook_engine::{AdminGuard, EventInbox};
+/// The engine's Durable Objects, exported for `wrangler.toml`'s bindings
+/// (all of them: a newer engine's come along).
+pub use webhook_engine::objects::*;
 
 /// What the engine runs with: your effects, and your own providers.
 static APP: webhook_engine::App = webhook_engine::App {

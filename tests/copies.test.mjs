@@ -65,6 +65,9 @@ for (const [providers, demos, dashboard] of COMBINATIONS) {
       const kept = (name) => migrations.some((file) => file.includes(name));
       assert.equal(kept("stripe_demos"), demos && providers.includes("stripe"));
       assert.equal(kept("github_demos"), demos && providers.includes("github"));
+      // Its queues are its own: two copies in one account never share one.
+      const queues = [...readFileSync(join(dir, "wrangler.toml"), "utf8").matchAll(/^queue = "([^"]+)"$/gm)].map((m) => m[1]);
+      assert.deepEqual([...new Set(queues)].sort(), ["acme-hooks-forward", "acme-hooks-outbox", "acme-hooks-outbox-dlq"]);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -36,6 +36,7 @@ const RENAMES = {
     [/^database_name = "idempotent-webhooks"$/m, `database_name = "${name}"`],
     [/"webhook-outbox-dlq"/g, `"${name}-outbox-dlq"`],
     [/"webhook-outbox"/g, `"${name}-outbox"`],
+    [/"webhook-forward"/g, `"${name}-forward"`],
   ],
   "tests/property_fuzz/main.rs": [[/\bidempotent_webhooks::/g, `${crate}::`]],
   "tests/property_fuzz/requests.rs": [[/\bidempotent_webhooks::/g, `${crate}::`]],

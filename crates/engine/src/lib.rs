@@ -14,7 +14,7 @@
 //!    the signature on the raw bytes with the source's
 //!    [`Provider`](providers::Provider), before parsing anything. Then it
 //!    reads the provider's stable event id: a [`VerifiedEvent`](event::VerifiedEvent).
-//! 2. The event goes to the [`EventInbox`] Durable Object named
+//! 2. The event goes to the [`EventInbox`](objects::EventInbox) Durable Object named
 //!    `"{source}:{id}"`. Concurrent copies queue on that one object. It
 //!    claims the id in its own SQLite storage and stores the event before
 //!    anyone gets an answer.
@@ -48,7 +48,7 @@
 //! use worker::{event, Context, Env, MessageBatch, Request, Response, ScheduleContext, ScheduledEvent};
 //!
 //! // The engine's Durable Objects, exported under the names wrangler.toml binds.
-//! pub use webhook_engine::{AdminGuard, EventInbox};
+//! pub use webhook_engine::objects::*;
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Invoice {
@@ -155,9 +155,15 @@ mod stats;
 use worker::wasm_bindgen::JsValue;
 use worker::{Context, Env, MessageBatch, Method, Request, Response, Result, ScheduledEvent};
 
-pub use admin_guard::AdminGuard;
 pub use app::{start, App};
-pub use inbox::EventInbox;
+
+/// The engine's Durable Object classes. The app exports them all, with
+/// `pub use webhook_engine::objects::*;`, so that a newer engine's classes
+/// come along without an edit (`wrangler.toml` binds them by name).
+pub mod objects {
+    pub use crate::admin_guard::AdminGuard;
+    pub use crate::inbox::EventInbox;
+}
 use settings::Settings;
 
 /// The dashboard's sign-in and action forms: their handlers read the body.
@@ -221,7 +227,7 @@ pub async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response>
 /// own key; the forward queue delivers events to their destinations.
 pub async fn queue(batch: MessageBatch<JsValue>, env: Env) -> Result<()> {
     let settings = Settings::of(&env);
-    if batch.queue() == config::FORWARD_QUEUE {
+    if config::is_forward_queue(&batch.queue()) {
         forward::consumer::consume(batch, &env, &settings).await
     } else {
         outbox::consumer::consume(batch, &env, &settings).await

@@ -27,7 +27,7 @@ const TABLE: &str = "CREATE TABLE IF NOT EXISTS guard (
 
 /// The Durable Object that counts wrong admin tokens (per client, and
 /// overall) and remembers signed-out sessions: export it from the app
-/// (`pub use webhook_engine::AdminGuard;`) as `ADMIN_GUARD` binds it.
+/// (`pub use webhook_engine::objects::*;`) as `ADMIN_GUARD` binds it.
 #[durable_object]
 pub struct AdminGuard {
     state: State,

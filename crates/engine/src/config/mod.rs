@@ -25,10 +25,15 @@ pub const INBOX_BINDING: &str = "EVENT_INBOX";
 pub const OUTBOX_BINDING: &str = "OUTBOX";
 /// Where rows that exhausted their attempts are sent, for operators.
 pub const OUTBOX_DLQ_BINDING: &str = "OUTBOX_DLQ";
-/// The queue carrying forward delivery ids to their consumer, and its name
-/// in `wrangler.toml` (how the consumer tells its batches apart).
+/// The queue carrying forward delivery ids to their consumer.
 pub const FORWARD_BINDING: &str = "FORWARD";
-pub const FORWARD_QUEUE: &str = "webhook-forward";
+
+/// Whether a batch comes from the forward queue: its name in
+/// `wrangler.toml` ends in `-forward` (`webhook-forward`, a copy's
+/// `<name>-forward`), the outbox's in `-outbox`.
+pub fn is_forward_queue(name: &str) -> bool {
+    name.ends_with("-forward")
+}
 #[cfg(any(feature = "admin", feature = "dashboard"))]
 /// The one object counting admin credential failures and holding revoked
 /// sessions (`admin_guard`).

@@ -59,7 +59,7 @@ use crate::settings::Settings;
 
 /// The Durable Object, one per `"{source}:{id}"`, that serializes an
 /// event's copies, claims it, stores it before replying, and applies its
-/// effect once: export it from the app (`pub use webhook_engine::EventInbox;`)
+/// effect once: export it from the app (`pub use webhook_engine::objects::*;`)
 /// as `EVENT_INBOX` binds it.
 #[durable_object]
 pub struct EventInbox {
