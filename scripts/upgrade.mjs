@@ -19,7 +19,7 @@
 // copied beside the old one first, then swapped in. Then `make test` proves
 // the copy, and `make deploy` applies the migrations.
 import { execFileSync } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, relative, sep } from "node:path";
 
@@ -35,11 +35,15 @@ const read = (path) => (existsSync(path) ? readFileSync(path, "utf8") : "");
 const manifest = (dir) => read(join(dir, "Cargo.toml"));
 const field = (toml, key) => toml.match(new RegExp(`^${key} = "([^"]*)"`, "m"))?.[1];
 const isEngine = (dir) => field(manifest(dir), "name") === NAME;
-/** The `worker` version a manifest asks for (`worker = "x"` or `worker = { version = "x", … }`). */
-const workerVersion = (toml) => toml.match(/^worker = (?:"([^"]+)"|\{[^}\n]*version = "([^"]+)")/m)?.slice(1).find(Boolean);
+/** The line of a manifest that asks for `worker` (`worker = "x"` or `worker = { version = "x", … }`). */
+const WORKER_LINE = /^worker = (?:"([^"]+)"|\{[^}\n]*\bversion = "([^"]+)"[^}\n]*\})$/m;
+/** The `worker` version a manifest asks for: in either form, or as cargo writes a published one (`[dependencies.worker]`). */
+const workerVersion = (toml) =>
+  toml.match(WORKER_LINE)?.slice(1).find(Boolean) ?? toml.match(/^\[dependencies\.worker\]\n(?:[^[\n][^\n]*\n|\n)*?version = "([^"]+)"/m)?.[1];
 
 /** The directory that holds the engine ENGINE names. */
 function source(engine) {
+  let found;
   if (existsSync(engine)) {
     const dir = isEngine(engine) ? engine : join(engine, HERE);
     if (!isEngine(dir)) fail(`${engine} holds no ${NAME} (neither its Cargo.toml nor ${HERE}/Cargo.toml names it)`);
@@ -57,12 +61,12 @@ function source(engine) {
       `[package]\nname = "fetch-engine"\nversion = "0.0.0"\nedition = "2021"\n\n[dependencies]\n${NAME} = { version = "=${engine}", default-features = false }\n`,
     );
     const metadata = JSON.parse(execFileSync("cargo", ["metadata", "--format-version", "1", "--manifest-path", join(scratch, "Cargo.toml")], { encoding: "utf8" }));
-    const found = metadata.packages.find((p) => p.name === NAME && p.version === engine);
-    if (!found) fail(`cargo found no ${NAME} ${engine}`);
-    return realpathSync(dirname(found.manifest_path));
+    found = metadata.packages.find((p) => p.name === NAME && p.version === engine);
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }
+  if (!found) fail(`cargo found no ${NAME} ${engine}`);
+  return realpathSync(dirname(found.manifest_path));
 }
 
 /** What git says of crates/engine: `null` outside a git work tree. */
@@ -72,7 +76,8 @@ function gitStatus() {
   } catch {
     return null;
   }
-  return execFileSync("git", ["status", "--porcelain", "--ignored", "--", HERE], { encoding: "utf8" }).trim();
+  const lines = execFileSync("git", ["status", "--porcelain", "--ignored", "--", HERE], { encoding: "utf8" }).split("\n").filter(Boolean);
+  return { changed: lines.filter((l) => !l.startsWith("!! ")), ignored: lines.filter((l) => l.startsWith("!! ")) };
 }
 
 /** Every file under `dir`, relative, with its content; what cargo adds to a package is left out. */
@@ -83,6 +88,7 @@ function files(dir) {
       const path = join(at, entry.name);
       const rel = relative(dir, path);
       if (/^(target|\.git|Cargo\.lock|\.cargo_vcs_info\.json|Cargo\.toml\.orig|\.cargo-ok)$/.test(rel)) continue;
+      if (entry.isSymbolicLink()) fail(`${path} is a symlink: an engine holds files only`);
       if (entry.isDirectory()) walk(path);
       else out.set(rel, readFileSync(path));
     }
@@ -95,6 +101,9 @@ const same = (a, b) => a.size === b.size && [...a].every(([path, bytes]) => b.ge
 const engine = process.argv[2];
 if (!engine) fail("say which engine: make upgrade ENGINE=<path or version>");
 if (!existsSync("migrations") || !isEngine(HERE)) fail(`run it in a copy's root (its ${HERE}/ and migrations/)`);
+if (lstatSync(HERE).isSymbolicLink() || existsSync(join(HERE, ".git"))) {
+  fail(`${HERE} is a symlink or a git checkout of its own: upgrade it where it lives`);
+}
 const here = realpathSync(HERE);
 const from = source(engine);
 const within = (a, b) => a === b || a.startsWith(b + sep);
@@ -106,10 +115,12 @@ const incoming = files(from);
 const replace = !same(files(here), incoming);
 if (replace) {
   const status = gitStatus();
-  if (status === null && process.env.FORCE !== "1") {
+  const force = process.env.FORCE === "1";
+  if (status === null && !force) {
     fail(`not a git work tree: nothing can tell whether ${HERE} holds edits of yours. Commit the copy to git, or FORCE=1 to replace it anyway`);
   }
-  if (status) fail(`${HERE} has changes git has not committed; commit or drop them first:\n${status}`);
+  if (status?.changed.length) fail(`${HERE} has changes git has not committed; commit or drop them first:\n${status.changed.join("\n")}`);
+  if (status?.ignored.length && !force) fail(`${HERE} holds files git ignores, which it would delete; move them, or FORCE=1:\n${status.ignored.join("\n")}`);
 }
 const named = (file) => file.slice(5);
 const theirs = [...incoming.keys()].filter((path) => path.startsWith(`migrations${sep}`) && path.endsWith(".sql")).map((path) => path.slice("migrations".length + 1)).sort();
@@ -130,8 +141,12 @@ for (const file of theirs) {
   }
 }
 const appManifest = read("Cargo.toml");
-const ourWorker = workerVersion(appManifest);
+const ourWorker = appManifest.match(WORKER_LINE)?.slice(1).find(Boolean);
 const theirWorker = workerVersion(incoming.get("Cargo.toml").toString());
+// The app's `worker` line, its version the engine's: the same line, only the version changed.
+const bumped = ourWorker && theirWorker && ourWorker !== theirWorker
+  ? appManifest.replace(WORKER_LINE, (line) => line.replace(`"${ourWorker}"`, `"${theirWorker}"`))
+  : appManifest;
 
 // 1. The code, whole (what the new engine no longer has goes too): copied
 // beside the old one, then swapped in, so a failed copy leaves it as it was.
@@ -151,16 +166,30 @@ if (replace) {
     fail(`copying the new engine failed, nothing changed: ${e.message}`);
   }
   renameSync(HERE, old);
-  renameSync(next, HERE);
-  rmSync(old, { recursive: true, force: true });
-}
-if (ourWorker && theirWorker && ourWorker !== theirWorker) {
-  writeFileSync("Cargo.toml", appManifest.replace(/^worker = "[^"]+"/m, `worker = "${theirWorker}"`));
-  console.log(`make upgrade: worker ${ourWorker} -> ${theirWorker} in Cargo.toml, as the engine uses`);
+  try {
+    renameSync(next, HERE);
+  } catch (e) {
+    renameSync(old, HERE);
+    rmSync(next, { recursive: true, force: true });
+    fail(`swapping the new engine in failed, nothing changed: ${e.message}`);
+  }
 }
 
-// 2. The engine's migrations this copy lacks, after its last one.
+// 2. The engine's migrations this copy lacks, after its last one; the
+// app's worker version.
 for (const [file, text] of added) writeFileSync(join("migrations", file), text);
+if (bumped !== appManifest) {
+  writeFileSync("Cargo.toml", bumped);
+  console.log(`make upgrade: worker ${ourWorker} -> ${theirWorker} in Cargo.toml, as the engine uses`);
+}
+if (replace) {
+  const old = join(dirname(HERE), ".engine-old");
+  try {
+    rmSync(old, { recursive: true, force: true });
+  } catch (e) {
+    console.error(`make upgrade: the old engine is left in ${old} (${e.message}); delete it`);
+  }
+}
 
 const after = field(manifest(HERE), "version");
 console.log(replace ? `make upgrade: ${NAME} ${before} -> ${after} (from ${from})` : `make upgrade: ${HERE} is already that engine (${after})`);

@@ -368,6 +368,7 @@ describe("a misconfigured destination", () => {
     ["a URL that is not http(s)", { backend: { url: "ftp://example.com/", secret: "BACKEND_SIGNING_SECRET" } }, {}, "DESTINATIONS.backend.url"],
     ["a missing secret", { backend: destination("backend") }, { BACKEND_SIGNING_SECRET: undefined }, "BACKEND_SIGNING_SECRET is not set"],
     ["a weak secret", { backend: destination("backend") }, { BACKEND_SIGNING_SECRET: "whsec_c2hvcnQta2V5" }, "BACKEND_SIGNING_SECRET: each key"],
+    ["a breaker its consumer cannot run", { backend: destination("backend") }, { FORWARD_PROBE_SECS: "0" }, "FORWARD_BREAKER_FAILURES and FORWARD_PROBE_SECS must be 1 or more"],
   ]) {
     test(`${what} refuses deliveries as misconfigured, naming the setting`, async () => {
       const settings = {

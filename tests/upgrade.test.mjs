@@ -7,6 +7,7 @@
 // upgraded copy.
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -63,7 +64,14 @@ function committed(dir) {
   return dir;
 }
 const list = (dir) => readdirSync(join(dir, "migrations")).sort();
-const tree = (dir) => execFileSync("find", [".", "-type", "f"], { cwd: dir, encoding: "utf8" }).split("\n").sort().join("\n");
+/** Every file under `dir` but git's own, with its content's digest. */
+const tree = (dir) =>
+  execFileSync("find", [".", "-type", "f", "-not", "-path", "./.git/*"], { cwd: dir, encoding: "utf8" })
+    .split("\n")
+    .filter(Boolean)
+    .sort()
+    .map((file) => `${file} ${createHash("sha256").update(readFileSync(join(dir, file))).digest("hex")}`)
+    .join("\n");
 
 test("the new engine's code replaces crates/engine whole, its new migration lands after the owner's", () => {
   const dir = copy();
@@ -139,6 +147,21 @@ test("edits to crates/engine that git has not committed, or files it ignores the
   }
 });
 
+test("files git ignores in crates/engine stop it unless FORCE=1: it would delete them", () => {
+  const dir = copy();
+  writeFileSync(join(dir, ".gitignore"), "*.local\n");
+  committed(dir);
+  writeFileSync(join(dir, "crates/engine/src/notes.local"), "mine\n");
+  const before = tree(dir);
+  const run = upgrade(dir, newer(), {});
+  assert.equal(run.status, 1);
+  assert.match(run.stderr, /files git ignores/);
+  assert.equal(tree(dir), before);
+  const forced = upgrade(dir, newer(), { FORCE: "1" });
+  assert.equal(forced.status, 0, forced.stderr);
+  assert.ok(!existsSync(join(dir, "crates/engine/src/notes.local")));
+});
+
 test("in a git work tree with the engine committed, it upgrades without FORCE", () => {
   const dir = committed(copy());
   const run = upgrade(dir, newer(), {});
@@ -185,13 +208,26 @@ test("a migration the copy holds that differs from the engine's, or an engine mi
   assert.equal(tree(dir), before);
 });
 
-test("the app's worker dependency follows the engine's", () => {
-  const dir = copy();
+test("the app's worker dependency follows the engine's, in either form, whichever form the engine's manifest has", () => {
   const wanted = readFileSync("crates/engine/Cargo.toml", "utf8").match(/^worker = \{ version = "([^"]+)"/m)[1];
-  writeFileSync(join(dir, "Cargo.toml"), '[package]\nname = "acme"\n\n[dependencies]\nworker = "0.0.1"\n');
-  const run = upgrade(dir, newer());
-  assert.equal(run.status, 0, run.stderr);
-  assert.match(readFileSync(join(dir, "Cargo.toml"), "utf8"), new RegExp(`^worker = "${wanted.replaceAll(".", "\\.")}"$`, "m"));
+  // As crates.io serves a published engine: cargo rewrites its manifest.
+  const published = newer();
+  const manifest = readFileSync(join(published, "Cargo.toml"), "utf8").replace(/^worker = \{ version = "([^"]+)", features = (\[[^\]]*\]) \}$/m, "[dependencies.worker]\nversion = \"$1\"\nfeatures = $2\n\n[dependencies]");
+  assert.match(manifest, /^\[dependencies\.worker\]$/m);
+  writeFileSync(join(published, "Cargo.toml"), manifest);
+  for (const [line, engine] of [
+    ['worker = "0.0.1"', newer()],
+    ['worker = { version = "0.0.1", features = ["d1"] }', newer()],
+    ['worker = "0.0.1"', published],
+  ]) {
+    const dir = copy();
+    writeFileSync(join(dir, "Cargo.toml"), `[package]\nname = "acme"\n\n[dependencies]\n${line}\n\n[dev-dependencies]\nhex = "0.4"\n`);
+    const run = upgrade(dir, engine);
+    assert.equal(run.status, 0, run.stderr);
+    const after = readFileSync(join(dir, "Cargo.toml"), "utf8");
+    assert.ok(after.includes(line.replace('"0.0.1"', `"${wanted}"`)), `${line}: ${after}`);
+    assert.match(run.stdout, new RegExp(`worker 0\\.0\\.1 -> ${wanted.replaceAll(".", "\\.")}`));
+  }
 });
 
 test("every engine migration is named NNNN_engine_<what>.sql", () => {

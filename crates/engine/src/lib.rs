@@ -227,10 +227,16 @@ pub async fn fetch(mut req: Request, env: Env, ctx: Context) -> Result<Response>
 /// own key; the forward queue delivers events to their destinations.
 pub async fn queue(batch: MessageBatch<JsValue>, env: Env) -> Result<()> {
     let settings = Settings::of(&env);
-    if config::is_forward_queue(&batch.queue()) {
-        forward::consumer::consume(batch, &env, &settings).await
-    } else {
-        outbox::consumer::consume(batch, &env, &settings).await
+    match config::Consumed::of(&batch.queue()) {
+        Some(config::Consumed::Forward) => forward::consumer::consume(batch, &env, &settings).await,
+        Some(config::Consumed::Outbox) => outbox::consumer::consume(batch, &env, &settings).await,
+        None => {
+            // Neither consumer's: retried (then dead-lettered), never
+            // handed to the wrong one.
+            log::error(&log::Line::new("queue_unknown").detail(batch.queue()));
+            batch.retry_all();
+            Ok(())
+        }
     }
 }
 

@@ -28,11 +28,27 @@ pub const OUTBOX_DLQ_BINDING: &str = "OUTBOX_DLQ";
 /// The queue carrying forward delivery ids to their consumer.
 pub const FORWARD_BINDING: &str = "FORWARD";
 
-/// Whether a batch comes from the forward queue: its name in
-/// `wrangler.toml` ends in `-forward` (`webhook-forward`, a copy's
-/// `<name>-forward`), the outbox's in `-outbox`.
-pub fn is_forward_queue(name: &str) -> bool {
-    name.ends_with("-forward")
+/// The queues the worker consumes, told apart by the end of their names
+/// in `wrangler.toml` (`webhook-outbox`, a copy's `<name>-outbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Consumed {
+    /// `…-outbox`: outbox keys.
+    Outbox,
+    /// `…-forward`: forward delivery ids.
+    Forward,
+}
+
+impl Consumed {
+    /// The queue called `name`, or `None` for a name that is neither.
+    pub fn of(name: &str) -> Option<Consumed> {
+        if name.ends_with("-outbox") {
+            Some(Consumed::Outbox)
+        } else if name.ends_with("-forward") {
+            Some(Consumed::Forward)
+        } else {
+            None
+        }
+    }
 }
 #[cfg(any(feature = "admin", feature = "dashboard"))]
 /// The one object counting admin credential failures and holding revoked
@@ -351,6 +367,16 @@ fn number<T: FromStr>(env: &Env, name: &str, default: T) -> Result<T, ConfigErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queues_are_told_apart_by_the_end_of_their_names() {
+        assert_eq!(Consumed::of("webhook-outbox"), Some(Consumed::Outbox));
+        assert_eq!(Consumed::of("acme-forward-outbox"), Some(Consumed::Outbox));
+        assert_eq!(Consumed::of("webhook-forward"), Some(Consumed::Forward));
+        assert_eq!(Consumed::of("acme-outbox-forward"), Some(Consumed::Forward));
+        assert_eq!(Consumed::of("acme-outbox-dlq"), None);
+        assert_eq!(Consumed::of("acme-forward-staging"), None);
+    }
 
     #[test]
     fn outbox_backoff_doubles_up_to_an_hour_with_jitter() {

@@ -120,6 +120,8 @@ pub fn routes(
     if forward.is_empty() {
         return Ok(Vec::new());
     }
+    // Forwarding's consumer and relay must be able to run on them.
+    settings.forward()?;
     let all = settings.destinations()?;
     let mut routes = Vec::new();
     for name in forward {
