@@ -115,10 +115,11 @@ migrate: setup
 upgrade:
 	FORCE="$(FORCE)" node scripts/upgrade.mjs "$(ENGINE)"
 
-## cargo generate from this checkout into a temporary directory, three
-## copies (Stripe alone; GitHub and hmac; every default), each checked for
-## names left behind, given its recipes, then its whole suite (about 16
-## minutes; 4 more to install cargo-generate the first time).
+## cargo generate from this checkout into a temporary directory, four
+## copies (Stripe alone; GitHub and hmac; Twilio first; every default),
+## each checked for names left behind, given its recipes, the first one
+## upgraded to a changed engine (the upgrade drill), then its whole suite
+## (about 33 minutes; 4 more to install cargo-generate the first time).
 template-check: setup
 	sh scripts/template-check.sh
 

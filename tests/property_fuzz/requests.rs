@@ -64,7 +64,7 @@ static APP: webhook_engine::App = webhook_engine::App {
 
 pub fn build(provider: &str) -> Box<dyn Provider> {
     webhook_engine::start(&APP);
-    providers::build(&source(provider)).expect("a known provider")
+    providers::build(&source(provider), &[]).expect("a known provider")
 }
 
 pub fn context(secrets: &Secrets) -> VerifyContext<'_> {

@@ -5,13 +5,8 @@
 
 use std::sync::OnceLock;
 
-use crate::config::ConfigError;
 use crate::effects::Effects;
-use crate::providers::Provider;
-use crate::sources::SourceConfig;
-
-/// A provider's constructor: a source's settings to its verifier.
-pub type Build = fn(&SourceConfig) -> Result<Box<dyn Provider>, ConfigError>;
+pub use crate::providers::Build;
 
 /// The app: its effects and its providers.
 pub struct App {
@@ -38,19 +33,8 @@ pub fn start(app: &'static App) {
 /// The app `start` was given; `None` if it never ran. Never an empty
 /// table in its place: an event planned without the app's effects would
 /// commit its ledger row and lose its effect for good.
-#[cfg(not(test))]
 pub(crate) fn get() -> Option<&'static App> {
     APP.get().copied()
-}
-
-/// Host tests run without an app: no effects and no providers of its own.
-#[cfg(test)]
-pub(crate) fn get() -> Option<&'static App> {
-    static NONE: App = App {
-        effects: &[],
-        providers: &[],
-    };
-    Some(APP.get().copied().unwrap_or(&NONE))
 }
 
 /// Why an event waits when the app never called [`start`].

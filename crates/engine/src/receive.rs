@@ -18,7 +18,7 @@ use crate::clock::now_ms;
 use crate::config::{ConfigError, ReplyAfter};
 use crate::event::{self, VerifiedEvent};
 use crate::fault::Fault;
-use crate::forward::{destinations, Forward};
+use crate::forward::Forward;
 use crate::http::{self, BodyError};
 use crate::inbox::client::{self, Answer, DeliveryError, Handoff};
 use crate::inbox::state::Outcome;
@@ -297,13 +297,13 @@ async fn receive(
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
     // Without the app, no effect is known: refuse, and the sender retries.
-    if crate::app::get().is_none() {
+    let Some(app) = crate::app::get() else {
         log::error(&log::Line::new("engine_not_started").error(crate::app::NOT_STARTED));
         let _ = http::drain(&mut req, http::UNWANTED_BODY_MAX_BYTES).await;
         return Err(Refusal::NotRecorded(crate::app::NOT_STARTED.into()));
-    }
+    };
     let found = if valid_name {
-        settings.source(source)?
+        settings.source(source, app.providers)?
     } else {
         None
     };
@@ -356,7 +356,7 @@ async fn receive(
         .and_then(Fault::parse);
     // Checked before anything is stored: a destination that does not exist
     // or cannot sign refuses the delivery, never drops it later.
-    let routes = destinations::routes(settings, source, &config.forward, &identity.kind)?;
+    let routes = settings.routes(source, &config.forward, &identity.kind)?;
     let forward = Forward::to(&routes, |name| raw.header(name));
     let fence = provider.replay_fence(&raw);
     let body = String::from_utf8(raw.body)

@@ -21,7 +21,7 @@ use crate::config::{
 };
 use crate::forward::destinations::{self, Bounds, Destination};
 use crate::log::{self, Level, Line};
-use crate::providers::{self, Provider};
+use crate::providers::{self, Build, Provider};
 use crate::signature::Secrets;
 use crate::sources::{self, SourceConfig};
 
@@ -178,20 +178,73 @@ impl Settings {
     }
 
     /// The source called `name`: `Ok(None)` when there is none.
-    /// Its provider is built, and its secrets checked, on first use.
-    pub fn source(&self, name: &str) -> Result<Option<&Source>, ConfigError> {
+    /// Its provider (the engine's, or one of `own`, the app's) is built,
+    /// and its secrets checked, on first use.
+    pub fn source(
+        &self,
+        name: &str,
+        own: &[(&str, Build)],
+    ) -> Result<Option<&Source>, ConfigError> {
         let sources = self.sources.as_ref().map_err(Clone::clone)?;
         let Some(declared) = sources.iter().find(|source| source.name == name) else {
             return Ok(None);
         };
         let read = declared.read.as_ref().map_err(Clone::clone)?;
-        let built = declared.built.get_or_init(|| build(read));
+        let built = declared.built.get_or_init(|| build(read, own));
         built.as_ref().map(Some).map_err(Clone::clone)
     }
 
     /// Every declared destination, checked; none when `DESTINATIONS` is unset.
     pub fn destinations(&self) -> Result<&[Destination], ConfigError> {
         self.destinations.as_deref().map_err(Clone::clone)
+    }
+
+    /// The destinations deliveries may go to now: those whose keys are set
+    /// and strong. Each other is logged as an error naming its variable;
+    /// its deliveries wait, unspent, until it is fixed.
+    pub fn usable(&self) -> Result<Vec<&Destination>, ConfigError> {
+        let usable =
+            self.destinations()?
+                .iter()
+                .filter(|destination| match self.keys(destination) {
+                    Ok(_) => true,
+                    Err(e) => {
+                        let line = Line::new("forward_misconfigured").detail(&destination.name);
+                        log::error(&line.error(e));
+                        false
+                    }
+                });
+        Ok(usable.collect())
+    }
+
+    /// The destinations `source` forwards an event of type `kind` to
+    /// (`forward`: its setting), checked, their keys too, and forwarding's
+    /// own settings: a delivery that cannot be forwarded is refused before
+    /// anything is stored.
+    pub fn routes(
+        &self,
+        source: &str,
+        forward: &[String],
+        kind: &str,
+    ) -> Result<Vec<Destination>, ConfigError> {
+        if forward.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.forward()?;
+        let all = self.destinations()?;
+        let mut routes = Vec::new();
+        for name in forward {
+            let destination = destinations::named(all, name).ok_or_else(|| {
+                ConfigError(format!(
+                    "SOURCES.{source}.forward names {name}, which DESTINATIONS does not declare"
+                ))
+            })?;
+            self.keys(destination)?;
+            if destination.wants(kind) {
+                routes.push(destination.clone());
+            }
+        }
+        Ok(routes)
     }
 
     /// `destination`'s signing keys: several during a rotation, each signing.
@@ -218,8 +271,8 @@ fn read(env: &Env, name: &str, config: SourceConfig) -> Result<Read, ConfigError
 
 /// A source's provider and secrets, checked: a weak or unusable secret is
 /// an error naming its variable.
-fn build(read: &Read) -> Result<Source, ConfigError> {
-    let provider = providers::build(&read.config)?;
+fn build(read: &Read, own: &[(&str, Build)]) -> Result<Source, ConfigError> {
+    let provider = providers::build(&read.config, own)?;
     let secret_var = &read.secret_var;
     let secrets =
         Secrets::parse(&read.secret).map_err(|why| ConfigError(format!("{secret_var}: {why}")))?;

@@ -3,8 +3,9 @@
 
 use worker::{js_sys, Env, Response, Result};
 
+use super::html::LOGOUT;
 use super::html::{escape, page, table, td};
-use super::pages::{event_rows, failed_actions, LOGOUT};
+use super::pages::{event_rows, failed_actions};
 use super::queries::{self, EventFilter, Listing};
 use super::Query;
 

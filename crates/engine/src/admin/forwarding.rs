@@ -5,8 +5,10 @@
 use worker::{Env, Response, Result};
 
 use super::encode;
-use super::html::{self, bad, code, escape, num, page, table, td, time};
-use super::pages::{action_button, event_path, notice_html, LOGOUT};
+use super::html::{
+    self, action_button, bad, code, escape, event_path, notice_html, num, page, table, td, time,
+    LOGOUT,
+};
 use crate::forward::operate::DestinationAction;
 use crate::forward::report::{self, DeliveryReport, DestinationReport};
 use crate::forward::ForwardStatus;

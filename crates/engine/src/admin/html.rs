@@ -1,8 +1,11 @@
-//! The dashboard's HTML: one page shell, tables, and escaping. Every value
-//! from storage or a request passes through [`escape`] (or a helper that
-//! calls it) before it reaches a page.
+//! The dashboard's HTML: one page shell, tables, escaping, and what every
+//! page shares (sign-out, action buttons, notices). Every value from storage
+//! or a request passes through [`escape`] (or a helper that calls it) before
+//! it reaches a page.
 
 use worker::{js_sys, Headers, Response, Result};
+
+use super::encode;
 
 /// Text made safe for an element or a quoted attribute.
 pub fn escape(text: &str) -> String {
@@ -201,6 +204,31 @@ fn indent_json(json: &str) -> Option<String> {
         }
     }
     Some(out)
+}
+
+/// The sign-out button on every signed-in page.
+pub(super) const LOGOUT: &str = r#"<form class="logout" method="post" action="/admin/logout"><button type="submit">Sign out</button></form>"#;
+
+/// `/admin/events/{source}/{id}`, encoded.
+pub(super) fn event_path(source: &str, id: &str) -> String {
+    format!("/admin/events/{}/{}", encode(source), encode(id))
+}
+
+/// A button that posts an action, with the session's form token (see
+/// `dashboard`: a post without it is refused).
+pub(super) fn action_button(path: &str, label: &str, forms: &str) -> String {
+    format!(
+        r#"<form class="actions" method="post" action="{}"><input type="hidden" name="form_token" value="{}"><button type="submit">{label}</button></form>"#,
+        escape(path),
+        escape(forms)
+    )
+}
+
+/// The outcome of the action just taken, if any.
+pub(super) fn notice_html(notice: Option<&str>) -> String {
+    notice.map_or(String::new(), |n| {
+        format!(r#"<p class="notice"><strong>{}</strong></p>"#, escape(n))
+    })
 }
 
 #[cfg(test)]

@@ -5,31 +5,16 @@
 use worker::{Env, Response, Result};
 
 use super::encode;
-use super::html::{self, bad, code, escape, num, page, table, td, time};
+use super::html::{
+    self, action_button, bad, code, escape, event_path, notice_html, num, page, table, td, time,
+    LOGOUT,
+};
 use super::queries::{self, EventFilter, Listing};
 use super::{forwarding, summary, trend};
 use crate::clock::now_ms;
 use crate::inbox::state::EventState;
 use crate::inbox::store::LoggedDelivery;
 use crate::outbox::{Action, OutboxStatus};
-
-/// The sign-out button on every signed-in page.
-pub(super) const LOGOUT: &str = r#"<form class="logout" method="post" action="/admin/logout"><button type="submit">Sign out</button></form>"#;
-
-/// `/admin/events/{source}/{id}`, encoded.
-pub(super) fn event_path(source: &str, id: &str) -> String {
-    format!("/admin/events/{}/{}", encode(source), encode(id))
-}
-
-/// A button that posts an action, with the session's form token (see
-/// `dashboard`: a post without it is refused).
-pub(super) fn action_button(path: &str, label: &str, forms: &str) -> String {
-    format!(
-        r#"<form class="actions" method="post" action="{}"><input type="hidden" name="form_token" value="{}"><button type="submit">{label}</button></form>"#,
-        escape(path),
-        escape(forms)
-    )
-}
 
 /// Replay and Dismiss for a failed event.
 pub(super) fn failed_actions(source: &str, id: &str, forms: &str) -> String {
@@ -45,13 +30,6 @@ fn requeue_button(key: &str, forms: &str) -> String {
         "Requeue",
         forms,
     )
-}
-
-/// The outcome of the action just taken, if any.
-pub(super) fn notice_html(notice: Option<&str>) -> String {
-    notice.map_or(String::new(), |n| {
-        format!(r#"<p class="notice"><strong>{}</strong></p>"#, escape(n))
-    })
 }
 
 fn event_link(source: &str, id: &str) -> String {

@@ -108,7 +108,7 @@ async fn run(
     // Read first: a destination that is not declared, or has no usable
     // key, claims nothing (its deliveries wait, their attempts unspent).
     let all = engine.destinations()?;
-    let usable = destinations::usable(engine, all);
+    let usable = engine.usable()?;
     let names: Vec<&str> = usable.iter().map(|d| d.name.as_str()).collect();
     let db = Db::from_env(env)?;
     let now = now_ms();

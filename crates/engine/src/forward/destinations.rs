@@ -17,8 +17,6 @@ use worker::Env;
 
 use super::sign::signing_keys;
 use crate::config::{self, duration_ms, is_http_url, without_values, ConfigError, Entries, DAY_MS};
-use crate::log::{self, Line};
-use crate::settings::Settings;
 
 /// How long a delivery is retried by default: as long as providers retry
 /// their own deliveries (3 days is common).
@@ -69,22 +67,6 @@ impl Destination {
     }
 }
 
-/// The destinations deliveries may go to now: those whose keys are set
-/// and strong. Each other is logged as an error naming its variable; its
-/// deliveries wait, unspent, until it is fixed.
-pub fn usable<'a>(settings: &Settings, all: &'a [Destination]) -> Vec<&'a Destination> {
-    all.iter()
-        .filter(|destination| match settings.keys(destination) {
-            Ok(_) => true,
-            Err(e) => {
-                let line = Line::new("forward_misconfigured").detail(&destination.name);
-                log::error(&line.error(e));
-                false
-            }
-        })
-        .collect()
-}
-
 /// What bounds a destination's settings.
 pub struct Bounds {
     /// A body must still be in its inbox when the last retry reads it.
@@ -106,36 +88,6 @@ pub fn all(env: &Env, bounds: &Bounds) -> Result<Vec<Destination>, ConfigError> 
 /// The destination called `name`, if declared.
 pub fn named<'a>(all: &'a [Destination], name: &str) -> Option<&'a Destination> {
     all.iter().find(|d| d.name == name)
-}
-
-/// The destinations a source forwards an event of type `kind` to, checked,
-/// their keys too.
-#[inline(never)]
-pub fn routes(
-    settings: &Settings,
-    source: &str,
-    forward: &[String],
-    kind: &str,
-) -> Result<Vec<Destination>, ConfigError> {
-    if forward.is_empty() {
-        return Ok(Vec::new());
-    }
-    // Forwarding's consumer and relay must be able to run on them.
-    settings.forward()?;
-    let all = settings.destinations()?;
-    let mut routes = Vec::new();
-    for name in forward {
-        let destination = named(all, name).cloned().ok_or_else(|| {
-            ConfigError(format!(
-                "SOURCES.{source}.forward names {name}, which DESTINATIONS does not declare"
-            ))
-        })?;
-        settings.keys(&destination)?;
-        if destination.wants(kind) {
-            routes.push(destination);
-        }
-    }
-    Ok(routes)
 }
 
 /// Each destination checked, in the order written.

@@ -5,7 +5,6 @@ use worker::Env;
 
 use super::breaker::held;
 use super::claim::note_unusable;
-use super::destinations;
 use crate::clock::now_ms;
 use crate::d1::{Db, Statement};
 use crate::log::{self, Line};
@@ -100,8 +99,7 @@ const ACTIVE: &str = concat!(
 /// probes.
 pub async fn run(env: &Env, engine: &Settings) -> worker::Result<()> {
     let settings = engine.forward()?;
-    let all = engine.destinations()?;
-    let usable = destinations::usable(engine, all);
+    let usable = engine.usable()?;
     let names: Vec<&str> = usable.iter().map(|d| d.name.as_str()).collect();
     let db = Db::from_env(env)?;
     let now = now_ms();

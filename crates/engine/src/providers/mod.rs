@@ -18,7 +18,6 @@ pub use request::{
     MAX_EVENT_TYPE_BYTES,
 };
 
-pub use crate::app::Build;
 pub use crate::config::ConfigError;
 pub use crate::sources::SourceConfig;
 
@@ -121,14 +120,20 @@ pub trait Provider {
     }
 }
 
-/// A source's `provider` setting to its verifier: a named error when the
-/// provider is compiled out or unknown.
-pub fn build(config: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
+/// A provider's constructor: a source's settings to its verifier.
+pub type Build = fn(&SourceConfig) -> Result<Box<dyn Provider>, ConfigError>;
+
+/// A source's `provider` setting to its verifier, among the engine's and
+/// the app's own (`own`, [`App::providers`](crate::App::providers)): a named
+/// error when the provider is compiled out or unknown.
+pub fn build(
+    config: &SourceConfig,
+    own: &[(&str, Build)],
+) -> Result<Box<dyn Provider>, ConfigError> {
     let name = config.provider.as_str();
-    let app = crate::app::get().ok_or_else(|| ConfigError(crate::app::NOT_STARTED.into()))?;
     // The engine's names are its own: an app's provider cannot take one.
     let engines = REGISTRY.iter().any(|entry| entry.names.contains(&name));
-    let own = app.providers.iter().find(|(n, _)| *n == name);
+    let own = own.iter().find(|(n, _)| *n == name);
     if let (Some((_, build)), false) = (own, engines) {
         // Effects are dispatched on the provider's own name: the one its
         // sources give it, and no other's.
@@ -206,7 +211,7 @@ mod tests {
 
     #[test]
     fn an_unknown_provider_is_a_configuration_error_that_lists_them() {
-        let error = build(&source("carrier-pigeon")).err().unwrap();
+        let error = build(&source("carrier-pigeon"), &[]).err().unwrap();
         assert!(
             error.0.starts_with("unknown provider: use one of "),
             "{error}"
@@ -216,13 +221,63 @@ mod tests {
         }
     }
 
+    /// An app's provider: answers to `name`, whatever its sources call it.
+    struct Own(&'static str);
+
+    impl Provider for Own {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn verify(&self, _: &RawRequest, _: &VerifyContext) -> Result<Verified, Rejection> {
+            Err(Rejection::MissingSignature)
+        }
+        fn identify(&self, _: &RawRequest) -> Result<Identity, Rejection> {
+            Err(Rejection::MissingEventId)
+        }
+    }
+
+    #[test]
+    fn an_apps_provider_is_built_by_its_name_and_must_answer_to_it() {
+        fn acme(_: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
+            Ok(Box::new(Own("acme-pay")))
+        }
+        fn liar(_: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
+            Ok(Box::new(Own("acme-pay")))
+        }
+        let own: &[(&str, Build)] = &[("acme-pay", acme), ("other", liar)];
+        assert_eq!(build(&source("acme-pay"), own).unwrap().name(), "acme-pay");
+        let error = build(&source("other"), own).err().unwrap();
+        assert_eq!(
+            error.0,
+            "provider other calls itself acme-pay: its name() must be other"
+        );
+        assert!(
+            build(&source("acme-pay"), &[]).is_err(),
+            "not the app's: unknown"
+        );
+    }
+
+    #[test]
+    fn an_apps_provider_cannot_take_an_engine_providers_name() {
+        fn impostor(_: &SourceConfig) -> Result<Box<dyn Provider>, ConfigError> {
+            Ok(Box::new(Own("impostor")))
+        }
+        for entry in REGISTRY {
+            for name in entry.names {
+                let own: &[(&str, Build)] = &[(name, impostor)];
+                let built = build(&source(name), own).map(|p| p.name());
+                assert_ne!(built, Ok("impostor"), "{name}");
+            }
+        }
+    }
+
     /// `make unit` runs this with two providers built in, so that most are
     /// compiled out.
     #[test]
     fn a_provider_not_built_in_names_its_feature() {
         for entry in REGISTRY {
             for name in entry.names {
-                let built = build(&source(name)).err().map(|e| e.0);
+                let built = build(&source(name), &[]).err().map(|e| e.0);
                 let not_built = format!(
                     "provider {name} is not built in: build with the `{0}` cargo feature \
                      (the app's, or webhook-engine/{0})",
