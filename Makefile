@@ -11,8 +11,11 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export WRANGLER_LOG_PATH := $(CURDIR)/.wrangler/logs
 # A build with fewer providers (and neither admin surface), checked too.
 MINIMAL := stripe,github
+# needs: postgres
+# The build whose effects may commit in Postgres (docs/postgres.md).
+POSTGRES := stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,generic-hmac,admin,dashboard,postgres
 
-.PHONY: dev sink test setup setup-test build build-minimal lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench
+.PHONY: dev sink test setup setup-test build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
@@ -27,7 +30,7 @@ sink: setup
 ## Every check: format, lints, host unit tests, wrangler's deploy
 ## validation, then the built worker end to end in workerd (Miniflare) with
 ## real D1, Durable Objects and Queues.
-test: setup setup-test lint unit build-minimal build config-check e2e
+test: setup setup-test lint unit build-minimal build-postgres build config-check e2e
 
 ## What running needs (make dev).
 setup:
@@ -36,7 +39,7 @@ setup:
 # needs: dashboard
 ## The browser the dashboard test drives.
 setup-test:
-	sh scripts/setup.sh --with-browser
+	sh scripts/setup.sh --with-browser --with-postgres
 
 ## The wasm worker with every feature (the tests need them all, whatever
 ## WORKER_FEATURES says), and the self-test CLI (target/debug/selftest).
@@ -51,6 +54,13 @@ build-minimal:
 	WORKER_FEATURES=$(MINIMAL) sh scripts/build.sh
 	rm -rf "target/variants/$(MINIMAL)" && mkdir -p target/variants && cp -r build "target/variants/$(MINIMAL)"
 
+# needs: postgres
+## The Postgres build, kept in target/variants/postgres for
+## tests/postgres.test.mjs (which starts a local cluster: scripts/postgres.sh).
+build-postgres:
+	WORKER_FEATURES=$(POSTGRES) sh scripts/build.sh
+	rm -rf target/variants/postgres && mkdir -p target/variants && cp -r build target/variants/postgres
+
 ## Formatting, clippy (host, the wasm, the $(MINIMAL) wasm) and the
 ## API docs, all without a warning; the engine packaged as crates.io would
 ## take it (never published from here).
@@ -60,12 +70,15 @@ lint:
 	cargo clippy --target wasm32-unknown-unknown -p webhook-engine -- -D warnings
 	cargo clippy --target wasm32-unknown-unknown -- -D warnings
 	cargo clippy --target wasm32-unknown-unknown --no-default-features --features $(MINIMAL) -- -D warnings
+	cargo clippy --target wasm32-unknown-unknown -p webhook-engine --features postgres -- -D warnings
+	cargo clippy -p webhook-engine --all-targets --features postgres -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 	cargo package -p webhook-engine --allow-dirty --quiet
 
 unit:
 	cargo test --workspace
 	cargo test -p webhook-engine --lib --no-default-features --features $(MINIMAL) providers::
+	cargo test -p webhook-engine --lib --features postgres postgres::
 
 ## The built worker, its Durable Object class, migrations and bindings
 ## through wrangler's own deploy validation, offline; the CI workflows parse.

@@ -46,14 +46,31 @@ if ! wasm-bindgen --version 2>/dev/null | grep -qx "wasm-bindgen $WASM_BINDGEN_V
     cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi
 
+BROWSER=false
+POSTGRES=false
+for arg in "$@"; do
+    case "$arg" in
+    --with-browser) BROWSER=true ;;
+    --with-postgres) POSTGRES=true ;;
+    esac
+done
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+
 # needs: dashboard
 # With --with-browser (`make test`, not `make dev`): Debian's Chromium, which
 # the dashboard test drives, unless CHROMIUM names another browser.
-if [ "${1:-}" = --with-browser ] && [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
-    SUDO=""
-    [ "$(id -u)" = 0 ] || SUDO=sudo
+if [ "$BROWSER" = true ] && [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
     $SUDO apt-get update
     $SUDO apt-get install -y chromium
+fi
+
+# needs: postgres
+# With --with-postgres (`make test`, `make dev STORE=postgres`): Debian's
+# PostgreSQL server and psql, for the local cluster of scripts/postgres.sh.
+if [ "$POSTGRES" = true ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    $SUDO apt-get update
+    $SUDO apt-get install -y postgresql
 fi
 
 # npm ci only when node_modules is missing or older than the lockfile.

@@ -64,7 +64,7 @@ const DLQ_RECORDER = `export default {
  */
 export async function startWorker(vars = {}, options = {}) {
   // `main`: another entry module wrapping build/index.js (bench/meter.mjs).
-  const { unsafeDirectSockets, main, ...shared } = options;
+  const { unsafeDirectSockets, main, hyperdrives, ...shared } = options;
   const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
   const target = fakeTarget();
   const outboundService = (request) => target.handle(request);
@@ -105,6 +105,7 @@ export async function startWorker(vars = {}, options = {}) {
         },
         outboundService,
         unsafeDirectSockets,
+        hyperdrives,
       },
       {
         name: "dlq-recorder",

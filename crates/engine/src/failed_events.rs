@@ -10,12 +10,14 @@
 use worker::{Env, Result};
 
 use crate::clock::now_ms;
+use crate::config::Store;
 use crate::d1::{Db, Statement};
 use crate::event::VerifiedEvent;
 use crate::ledger::{self, Applied};
 use crate::outbox;
 use crate::outbox::notify_operator::{self, Alert};
 use crate::settings::Settings;
+use crate::store;
 
 /// What [`record`] did.
 pub enum Recorded {
@@ -38,6 +40,11 @@ pub async fn record(
     event: &VerifiedEvent,
     error: &str,
 ) -> Result<Recorded> {
+    // In Postgres, the ledger's own word: D1's copy may not have it yet.
+    let store = settings.inbox().map(|inbox| inbox.store);
+    if store == Ok(Store::Postgres) && store::postgres_handled(env, event).await? {
+        return Ok(Recorded::AlreadyHandled);
+    }
     let now = now_ms();
     // First, while the list does not show it yet: one more failure in the
     // dashboard's trend (a report retried after a lost answer counts once).
@@ -113,7 +120,15 @@ pub async fn resolve(env: &Env, source: &str, event_id: &str) -> Result<()> {
 /// instead). The row is written if the failure's report never was
 /// (`error`: the event's last), so that the decision is always on record:
 /// it is how a lost reply is told from an applied effect.
-pub async fn dismiss(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Applied> {
+/// With `STORE = "postgres"` the ledger row is Postgres's, marked as a
+/// dismissal, and committed before D1 records the decision; a retry after
+/// a lost reply finds the mark there.
+pub async fn dismiss(
+    env: &Env,
+    store: Store,
+    event: &VerifiedEvent,
+    error: &str,
+) -> Result<Applied> {
     let now = now_ms();
     let record = Statement::new(
         "INSERT INTO failed_events \
@@ -130,12 +145,21 @@ pub async fn dismiss(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Ap
         ],
     );
     let db = Db::from_env(env)?;
+    if store == Store::Postgres {
+        let applied = store::postgres_dismiss(env, event).await?;
+        if applied == Applied::Now || dismissed(env, store, event).await? {
+            db.run(&record).await?;
+            return Ok(Applied::Now);
+        }
+        resolve(env, &event.source, &event.id).await?;
+        return Ok(applied);
+    }
     let batch = [ledger::row(event, now), record];
     let applied = ledger::apply(&db, event, &batch).await?;
     if applied == Applied::Now {
         return Ok(applied);
     }
-    if dismissed(env, event).await? {
+    if dismissed(env, store, event).await? {
         return Ok(Applied::Now);
     }
     resolve(env, &event.source, &event.id).await?;
@@ -144,7 +168,10 @@ pub async fn dismiss(env: &Env, event: &VerifiedEvent, error: &str) -> Result<Ap
 
 /// Whether an operator's dismissal of the event committed (its reply may
 /// have been lost): the ledger then holds the event, unapplied.
-pub async fn dismissed(env: &Env, event: &VerifiedEvent) -> Result<bool> {
+pub async fn dismissed(env: &Env, store: Store, event: &VerifiedEvent) -> Result<bool> {
+    if store == Store::Postgres {
+        return store::postgres_dismissed(env, event).await;
+    }
     let dismissed = Statement::new(
         "SELECT 'yes' AS dismissed FROM failed_events \
          WHERE source = ?1 AND event_id = ?2 AND dismissed_at IS NOT NULL",

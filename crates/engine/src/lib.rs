@@ -145,12 +145,15 @@ mod ledger;
 mod log;
 mod names;
 pub mod outbox;
+#[cfg(feature = "postgres")]
+mod postgres;
 pub mod providers;
 mod receive;
 mod settings;
 pub mod signature;
 pub mod sources;
 mod stats;
+mod store;
 
 use worker::wasm_bindgen::JsValue;
 use worker::{Context, Env, MessageBatch, Method, Request, Response, Result, ScheduledEvent};
@@ -244,6 +247,9 @@ pub async fn queue(batch: MessageBatch<JsValue>, env: Env) -> Result<()> {
 /// deliveries whose queue message was lost, and the breakers' probes.
 pub async fn scheduled(_event: ScheduledEvent, env: Env) {
     let settings = Settings::of(&env);
+    // First: what it hands off to D1 the relays below then send.
+    #[cfg(feature = "postgres")]
+    postgres::relay(&env, &settings).await;
     if let Err(e) = outbox::relay::run(&env, &settings).await {
         log::error(&log::Line::new("outbox_relay_failed").error(e));
     }

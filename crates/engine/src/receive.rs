@@ -155,6 +155,10 @@ enum Reply<'a> {
         /// (`REPLY_AFTER`), its effect to follow; absent otherwise.
         #[serde(skip_serializing_if = "Option::is_none")]
         reply_after: Option<&'static str>,
+        /// `unavailable` when the store could not be reached (a 503): the
+        /// event is stored, and its alarm retries it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        store: Option<&'static str>,
     },
     Refused {
         error: &'static str,
@@ -175,7 +179,14 @@ pub async fn handle(
     let latency_ms = now_ms() - started;
 
     let key = trace.key.as_deref();
+    // Stored, but the store is unreachable: the sender is asked to come
+    // back when the alarm retries (503 with `Retry-After`).
+    let retry_after_s = match &result {
+        Ok(Taken::Event(answer)) => answer.retry_after_s,
+        _ => None,
+    };
     let (status, outcome, refusal) = match &result {
+        Ok(Taken::Event(answer)) if retry_after_s.is_some() => (503, answer.outcome.name(), None),
         Ok(Taken::Event(answer)) => (200, answer.outcome.name(), None),
         Ok(Taken::Handshake(_)) => (200, "handshake", None),
         Err(refusal) => (refusal.status(), "rejected", Some(refusal)),
@@ -236,9 +247,16 @@ pub async fn handle(
             outcome,
             key,
             reply_after: recorded.then_some(ReplyAfter::Record.name()),
+            store: retry_after_s.map(|_| "unavailable"),
         },
     };
-    Ok(Response::from_json(&reply)?.with_status(status))
+    let response = Response::from_json(&reply)?.with_status(status);
+    if let Some(seconds) = retry_after_s {
+        response
+            .headers()
+            .set("retry-after", &seconds.to_string())?;
+    }
+    Ok(response)
 }
 
 /// What became of a delivery that was not refused.

@@ -114,6 +114,33 @@ pub struct InboxSettings {
     /// Failed effect attempts before the event is marked `failed`
     /// (`EFFECT_MAX_ATTEMPTS`, default 10).
     pub max_attempts: i64,
+    /// Where effects commit (`STORE`).
+    pub store: Store,
+}
+
+named_enum! {
+    /// Where an event's effect and its ledger row commit (`STORE`, default
+    /// `d1`). `postgres` needs the cargo feature of that name and a
+    /// `[[hyperdrive]]` binding (docs/postgres.md).
+    pub enum Store {
+        D1 = "d1",
+        Postgres = "postgres",
+    }
+}
+
+impl Store {
+    fn from_env(env: &Env) -> Result<Store, ConfigError> {
+        let Some(name) = text(env, "STORE") else {
+            return Ok(Store::D1);
+        };
+        match Store::from_name(&name) {
+            Some(Store::Postgres) if !cfg!(feature = "postgres") => Err(ConfigError(
+                "STORE = \"postgres\" needs the cargo feature `postgres` (docs/postgres.md)".into(),
+            )),
+            Some(store) => Ok(store),
+            None => Err(ConfigError("STORE must be d1 or postgres".into())),
+        }
+    }
 }
 
 impl InboxSettings {
@@ -129,6 +156,7 @@ impl InboxSettings {
             retention_ms,
             retry_base_ms: number(env, "EFFECT_RETRY_BASE_MS", 10_000)?,
             max_attempts: number(env, "EFFECT_MAX_ATTEMPTS", 10)?,
+            store: Store::from_env(env)?,
         })
     }
 
@@ -398,6 +426,7 @@ mod tests {
             retention_ms: 0,
             retry_base_ms: 1_000,
             max_attempts: 10,
+            store: Store::D1,
         };
         let full = |n| doubling(s.retry_base_ms, n, 60 * 60 * 1000);
         let delays: Vec<i64> = (1..=4).map(full).collect();

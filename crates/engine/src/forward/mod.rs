@@ -129,7 +129,7 @@ impl Forward {
 
 /// The rows of an event's deliveries, one statement whatever their number
 /// (`?5`: a JSON array of `[id, destination]`).
-const INSERT_ROWS: &str = "INSERT INTO forwards \
+pub(crate) const INSERT_ROWS: &str = "INSERT INTO forwards \
      (delivery_id, source, event_id, event_type, destination, next_attempt_at, created_at, \
       budget_from, updated_at) \
      SELECT json_extract(value, '$[0]'), ?1, ?2, ?3, json_extract(value, '$[1]'), ?4, ?4, ?4, ?4 \

@@ -59,7 +59,7 @@ impl Inbox {
         let settings = self.settings()?;
         self.store.dismiss(EventState::Failed, now_ms())?;
         let error = row.last_error.as_deref().unwrap_or("unknown");
-        let recorded = failed_events::dismiss(&self.env, &row.event, error).await;
+        let recorded = failed_events::dismiss(&self.env, settings.store, &row.event, error).await;
         let recorded = match row.fault {
             Some(Fault::DismissReplyLost(_)) => {
                 recorded.and(Err("injected fault: the dismissal's reply is lost".into()))

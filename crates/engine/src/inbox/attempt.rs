@@ -6,14 +6,14 @@ use super::state::{self, AfterFailure, EventState, Held, Outcome};
 use super::store::EventRow;
 use super::{Answer, Inbox};
 use crate::clock::now_ms;
-use crate::config::InboxSettings;
-use crate::d1::Db;
+use crate::config::{InboxSettings, Store};
 use crate::effects::{self, Plan};
 use crate::event::{dedupe_key, VerifiedEvent};
 use crate::failed_events::{self, Recorded};
 use crate::fault::Fault;
-use crate::ledger::{self, Applied};
+use crate::ledger::Applied;
 use crate::log::{self, Line};
+use crate::store::{self, NotApplied};
 use crate::{forward, outbox};
 use worker::{Response, Result};
 
@@ -24,6 +24,9 @@ pub(super) enum Tried {
     Applied(Applied, Option<Held>),
     /// Failed; the alarm retries it.
     WillRetry,
+    /// Failed because the store could not be reached; the alarm retries it
+    /// in this many ms, and the sender is asked to come back then.
+    Unavailable(i64),
     /// Failed, and the budget is spent: the event is `failed`.
     GaveUp,
     /// Not applied: an operator's dismissal had committed (its reply lost).
@@ -39,8 +42,13 @@ impl Tried {
                 outcome: Outcome::Duplicate,
                 replayed_body_of: Some(dedupe_key(source, &of)),
                 recorded: false,
+                retry_after_s: None,
             },
             Tried::WillRetry => Outcome::Accepted.into(),
+            Tried::Unavailable(retry_in_ms) => Answer {
+                retry_after_s: Some(((retry_in_ms + 999) / 1_000).max(1)),
+                ..Outcome::Accepted.into()
+            },
             Tried::GaveUp => Outcome::Failed.into(),
             // Handled earlier, by the operator: to a sender, a duplicate.
             Tried::Dismissed => Outcome::Duplicate.into(),
@@ -127,14 +135,14 @@ impl Inbox {
         // failure report whose `reported` mark was never set.
         let after_first = matches!(plan, Planned::FromStore(_));
         self.effect_running.set(true);
-        let result = self.run_effect(&event, fault, plan).await;
+        let result = self.run_effect(&event, fault, plan, settings.store).await;
         // The ledger row may be an operator's dismissal whose reply was lost
         // (the event then went back to `failed`, and a copy reopened it):
         // then it was never applied. Asked of D1 while still running, so
         // that neither the alarm nor a replay starts another attempt.
         let dismissed = match &result {
             Ok(Applied::Earlier) if after_first => {
-                failed_events::dismissed(&self.env, &event).await
+                failed_events::dismissed(&self.env, settings.store, &event).await
             }
             _ => Ok(false),
         };
@@ -170,7 +178,9 @@ impl Inbox {
             }
             Err(error) => error,
         };
-        let Some(failures) = self.store.record_failure(&error)? else {
+        let unavailable = matches!(error, NotApplied::Unavailable(_));
+        let error = error.message();
+        let Some(failures) = self.store.record_failure(error)? else {
             // Not an attempt at a pending event (an operator's replay of a
             // finished one): nothing changed.
             return Err(format!("replay failed, the event is unchanged: {error}").into());
@@ -178,10 +188,13 @@ impl Inbox {
         let next = state::after_failure(failures, settings);
         let key = event.key();
         let line = Line::new("effect_failed").key(&key).attempt(failures);
-        log::error(&line.last(next == AfterFailure::GiveUp).error(&error));
+        log::error(&line.last(next == AfterFailure::GiveUp).error(error));
         if let AfterFailure::RetryIn(delay_ms) = next {
             self.set_alarm_in(delay_ms).await?;
-            return Ok(Tried::WillRetry);
+            return Ok(match unavailable {
+                true => Tried::Unavailable(delay_ms),
+                false => Tried::WillRetry,
+            });
         }
         self.store
             .transition(EventState::Received, EventState::Failed)?;
@@ -243,7 +256,7 @@ impl Inbox {
     /// after all (a lost reply). Which, D1 says; meanwhile a copy may have
     /// moved the event on.
     async fn settle_handled(&self, row: &EventRow, settings: &InboxSettings) -> Result<()> {
-        let dismissed = failed_events::dismissed(&self.env, &row.event).await;
+        let dismissed = failed_events::dismissed(&self.env, settings.store, &row.event).await;
         if self.store.state()? != Some(EventState::Failed) {
             return Ok(());
         }
@@ -291,30 +304,29 @@ impl Inbox {
         event: &VerifiedEvent,
         fault: Option<Fault>,
         plan: Planned,
-    ) -> std::result::Result<Applied, String> {
+        store: Store,
+    ) -> std::result::Result<Applied, NotApplied> {
+        let failed = |why: &str| NotApplied::Failed(why.into());
         if matches!(
             fault,
             Some(Fault::FailBeforeEffect | Fault::EffectAlwaysFails)
         ) {
-            return Err("injected fault: before effect".into());
+            return Err(failed("injected fault: before effect"));
         }
         if Fault::d1_down(fault, now_ms()) || Fault::effect_down(fault, now_ms()) {
-            return Err("injected fault: D1 unavailable".into());
+            return Err(failed("injected fault: D1 unavailable"));
         }
         let plan = match plan {
             Planned::First(plan) => plan,
             Planned::FromStore(stored) => {
-                let app = crate::app::get().ok_or(crate::app::NOT_STARTED)?;
+                let app = crate::app::get().ok_or(failed(crate::app::NOT_STARTED))?;
                 effects::plan(app.effects, event, now_ms(), stored)
-                    .map_err(|e| format!("unplannable event: {e}"))?
+                    .map_err(|e| failed(&format!("unplannable event: {e}")))?
             }
         };
-        let db = Db::from_env(&self.env).map_err(|e| e.to_string())?;
-        let applied = ledger::apply(&db, event, &plan.batch)
-            .await
-            .map_err(|e| e.to_string())?;
+        let applied = store::apply(&self.env, store, event, &plan.batch).await?;
         if fault == Some(Fault::FailAfterEffect) {
-            return Err("injected fault: after effect committed".into());
+            return Err(failed("injected fault: after effect committed"));
         }
         if matches!(applied, Applied::Replayed { .. }) {
             // This id's outbox rows were never written: nothing to send.

@@ -54,6 +54,10 @@ pub struct Answer {
     /// follows. Absent from an inbox of an older release.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recorded: bool,
+    /// Stored, but the store could not be reached: the alarm retries in
+    /// this many seconds, and the sender is asked to come back then (503).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<i64>,
 }
 
 impl From<Outcome> for Answer {
@@ -62,6 +66,7 @@ impl From<Outcome> for Answer {
             outcome,
             replayed_body_of: None,
             recorded: false,
+            retry_after_s: None,
         }
     }
 }

@@ -217,6 +217,7 @@ mod tests {
             retention_ms: DAY,
             retry_base_ms: 1_000,
             max_attempts: 3,
+            store: crate::config::Store::D1,
         };
         match after_failure(2, &settings) {
             AfterFailure::RetryIn(ms) => assert!((1_000..=2_000).contains(&ms), "{ms}"),

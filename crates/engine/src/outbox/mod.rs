@@ -219,7 +219,7 @@ pub fn idempotency_key(source: &str, event_id: &str, action: &str) -> String {
 
 /// A row keyed by a business object may exist already (written by another
 /// event about the same object): then this one is not written again.
-const INSERT_ROW: &str = "INSERT INTO outbox \
+pub(crate) const INSERT_ROW: &str = "INSERT INTO outbox \
      (idempotency_key, source, event_id, action, payload, next_attempt_at, created_at, updated_at) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?6) ON CONFLICT (idempotency_key) DO NOTHING";
 

@@ -1,0 +1,206 @@
+//! One event in one Postgres transaction, as the recipe goes: the ledger
+//! row first (`ON CONFLICT DO NOTHING RETURNING`), then, only if it came
+//! back, the effect's writes and the hand-off rows, then `COMMIT`. Two
+//! round trips: `BEGIN` with the ledger row, then the rest with `COMMIT`
+//! (pipelined: should one statement fail, Postgres turns the `COMMIT` into
+//! a rollback, and nothing is left behind).
+
+use futures_util::future::{join, join3, join_all};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Client;
+use worker::Env;
+
+use super::handoff::{self, Row};
+use super::{sql, with_client, PgError};
+use crate::clock::now_ms;
+use crate::d1::Statement;
+use crate::event::VerifiedEvent;
+use crate::ledger::{self, Applied};
+
+/// The ledger row, in D1's column order (see `ledger::row`).
+const LEDGER_INSERT: &str = "INSERT INTO processed_events \
+     (source, event_id, type, received_at, processed_at, fence_sha256) \
+     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING event_id";
+
+/// An operator's dismissal: the ledger row, marked, so that no later copy
+/// applies the event, and so that it is told from an applied one.
+const LEDGER_DISMISS: &str = "INSERT INTO processed_events \
+     (source, event_id, type, received_at, processed_at, fence_sha256, dismissed_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $5) ON CONFLICT DO NOTHING RETURNING event_id";
+
+const DISMISSED: &str = "SELECT event_id FROM processed_events \
+     WHERE source = $1 AND event_id = $2 AND dismissed_at IS NOT NULL";
+
+/// After a clash: the event's own row first (an earlier attempt), else the
+/// row holding the same signed body (a replay).
+const HOLDER: &str = "SELECT event_id FROM processed_events \
+     WHERE source = $1 AND (event_id = $2 OR fence_sha256 = $3) \
+     ORDER BY event_id = $2 DESC LIMIT 1";
+
+/// Applies `batch` (as `effects::plan` made it: the ledger row, the
+/// effect's writes, the outbox rows and deliveries) for `event`, then hands
+/// its rows off to D1.
+pub(crate) async fn apply(
+    env: &Env,
+    event: &VerifiedEvent,
+    batch: &[Statement],
+) -> Result<Applied, PgError> {
+    transact(env, event, LEDGER_INSERT, batch).await
+}
+
+/// Records an operator's dismissal of `event` in the ledger (and hands
+/// its ledger row off to D1): `Now`, or what the ledger held already.
+pub(crate) async fn dismiss(env: &Env, event: &VerifiedEvent) -> Result<Applied, PgError> {
+    transact(env, event, LEDGER_DISMISS, &[ledger::row(event, now_ms())]).await
+}
+
+/// Whether the ledger holds `event` as dismissed.
+pub(crate) async fn dismissed(env: &Env, event: &VerifiedEvent) -> Result<bool, PgError> {
+    with_client(env, async |client: &Client| {
+        let params: [(&(dyn ToSql + Sync), Type); 2] =
+            [(&event.source, Type::TEXT), (&event.id, Type::TEXT)];
+        Ok(!client.query_typed(DISMISSED, &params).await?.is_empty())
+    })
+    .await
+}
+
+/// Whether the ledger holds `event` (or its signed body under another
+/// id); what an earlier attempt left to hand off is handed off.
+pub(crate) async fn handled(env: &Env, event: &VerifiedEvent) -> Result<bool, PgError> {
+    with_client(env, async |client: &Client| {
+        let (holder, pending) = join(holder(client, event), pending(client, event)).await;
+        let holder = holder?;
+        if holder.as_deref() == Some(event.id.as_str()) {
+            handoff::deliver(env, client, &handoff::read(pending?)).await?;
+        }
+        Ok(holder.is_some())
+    })
+    .await
+}
+
+/// `batch` in one transaction, its ledger row written by `ledger_sql`.
+async fn transact(
+    env: &Env,
+    event: &VerifiedEvent,
+    ledger_sql: &'static str,
+    batch: &[Statement],
+) -> Result<Applied, PgError> {
+    let (ledger, rest) = batch
+        .split_first()
+        .ok_or_else(|| PgError::Refused("an empty batch".into()))?;
+    let writes: Vec<&Statement> = rest
+        .iter()
+        .filter(|s| Row::of(event, s).is_none())
+        .collect();
+    let rows: Vec<Row> = batch.iter().filter_map(|s| Row::of(event, s)).collect();
+    with_client(env, async |client: &Client| {
+        let (begun, inserted) = join(
+            client.batch_execute(super::BEGIN),
+            client.query_typed(ledger_sql, &sql::typed(&ledger.params)),
+        )
+        .await;
+        begun?;
+        if inserted?.is_empty() {
+            return clashed(env, client, event).await;
+        }
+        commit(client, event, &writes, &rows).await?;
+        handoff::deliver(env, client, &rows).await?;
+        Ok(Applied::Now)
+    })
+    .await
+}
+
+/// The writes and the hand-off rows, then `COMMIT`, in one round trip.
+async fn commit(
+    client: &Client,
+    event: &VerifiedEvent,
+    writes: &[&Statement],
+    rows: &[Row],
+) -> Result<(), PgError> {
+    let texts: Vec<String> = writes.iter().map(|s| sql::numbered(s.sql)).collect();
+    let params: Vec<_> = writes.iter().map(|s| sql::typed(&s.params)).collect();
+    let now = now_ms();
+    let encoded: Vec<String> = rows
+        .iter()
+        .map(|row| handoff::encode(&row.params))
+        .collect();
+    let kinds: Vec<&str> = rows.iter().map(|row| row.kind.name()).collect();
+    let row_params: Vec<[(&(dyn tokio_postgres::types::ToSql + Sync), Type); 6]> = rows
+        .iter()
+        .zip(&encoded)
+        .zip(&kinds)
+        .map(
+            |((row, params), kind)| -> [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 6] {
+                [
+                    (kind, Type::TEXT),
+                    (&row.key, Type::TEXT),
+                    (&event.source, Type::TEXT),
+                    (&event.id, Type::TEXT),
+                    (params, Type::TEXT),
+                    (&now, Type::INT8),
+                ]
+            },
+        )
+        .collect();
+    let statements = texts
+        .iter()
+        .zip(&params)
+        .map(|(text, params)| client.execute_typed(text, params))
+        .chain(
+            row_params
+                .iter()
+                .map(|params| client.execute_typed(handoff::INSERT, params)),
+        );
+    let (written, committed) = join(join_all(statements), client.batch_execute("COMMIT")).await;
+    // The first refusal is the cause; those after it only say the
+    // transaction was aborted. Postgres answered the COMMIT with a rollback.
+    if let Some(Err(e)) = written.into_iter().find(Result::is_err) {
+        return Err(e.into());
+    }
+    committed?;
+    Ok(())
+}
+
+/// The ledger held the event, or its body under another id: rolls back, and
+/// says which; after an earlier attempt, hands off what it left.
+async fn clashed(env: &Env, client: &Client, event: &VerifiedEvent) -> Result<Applied, PgError> {
+    let (rolled_back, holder, pending) = join3(
+        client.batch_execute("ROLLBACK"),
+        holder(client, event),
+        pending(client, event),
+    )
+    .await;
+    rolled_back?;
+    match holder? {
+        Some(id) if id == event.id => {
+            handoff::deliver(env, client, &handoff::read(pending?)).await?;
+            Ok(Applied::Earlier)
+        }
+        Some(id) => Ok(Applied::Replayed { of: id }),
+        None => Err(PgError::Refused(
+            "the ledger reported a clash but holds no matching row".into(),
+        )),
+    }
+}
+
+/// The id under which the ledger holds `event`: its own, or another
+/// holding the same signed body.
+async fn holder(client: &Client, event: &VerifiedEvent) -> Result<Option<String>, PgError> {
+    let params: [(&(dyn ToSql + Sync), Type); 3] = [
+        (&event.source, Type::TEXT),
+        (&event.id, Type::TEXT),
+        (&event.fence, Type::TEXT),
+    ];
+    let rows = client.query_typed(HOLDER, &params).await?;
+    Ok(rows.first().map(|row| row.get(0)))
+}
+
+/// The event's rows not yet handed off.
+async fn pending(
+    client: &Client,
+    event: &VerifiedEvent,
+) -> Result<Vec<tokio_postgres::Row>, PgError> {
+    let params: [(&(dyn ToSql + Sync), Type); 2] =
+        [(&event.source, Type::TEXT), (&event.id, Type::TEXT)];
+    Ok(client.query_typed(handoff::PENDING, &params).await?)
+}

@@ -1,0 +1,277 @@
+//! What the engine's D1 tables need of an event committed in Postgres: its
+//! ledger row (for the failed list, the alerts, the admin pages), its
+//! outbox rows and its deliveries. They are written in the event's
+//! transaction to `webhook_outbox`, then copied to D1 after the commit, and
+//! marked handed off. Copies are idempotent (`ON CONFLICT DO NOTHING` on
+//! both sides), so a hand-off cut short is simply done again: by the
+//! event's next attempt, or by the cron relay, which claims what is left
+//! with `FOR UPDATE SKIP LOCKED` so that two runs never hold one row.
+
+use futures_util::future::join;
+use serde_json::Value as Json;
+use tokio_postgres::types::Type;
+use tokio_postgres::Client;
+use worker::Env;
+
+use super::{with_client, PgError};
+use crate::clock::now_ms;
+use crate::config::Store;
+use crate::d1::{Db, Statement, Value};
+use crate::event::{dedupe_key, VerifiedEvent};
+use crate::log::{self, Line};
+use crate::settings::Settings;
+use crate::{forward, ledger, outbox};
+
+/// Which D1 table a row goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Ledger,
+    Outbox,
+    Forwards,
+}
+
+impl Kind {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Kind::Ledger => "ledger",
+            Kind::Outbox => "outbox",
+            Kind::Forwards => "forwards",
+        }
+    }
+
+    fn named(name: &str) -> Option<Kind> {
+        [Kind::Ledger, Kind::Outbox, Kind::Forwards]
+            .into_iter()
+            .find(|kind| kind.name() == name)
+    }
+
+    /// The D1 statement writing such a row, a no-op when it is there.
+    fn d1_sql(self) -> &'static str {
+        match self {
+            Kind::Ledger => ledger::MIRROR,
+            Kind::Outbox => outbox::INSERT_ROW,
+            Kind::Forwards => forward::INSERT_ROWS,
+        }
+    }
+
+    /// Which of an effect batch's statements it is; `None` for the
+    /// effect's own writes.
+    pub(crate) fn of(statement: &Statement) -> Option<Kind> {
+        match statement.sql {
+            sql if sql == ledger::LEDGER_INSERT => Some(Kind::Ledger),
+            sql if sql == outbox::INSERT_ROW => Some(Kind::Outbox),
+            sql if sql == forward::INSERT_ROWS => Some(Kind::Forwards),
+            _ => None,
+        }
+    }
+}
+
+/// A D1 row to write once the event has committed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Row {
+    pub kind: Kind,
+    /// Unique per kind: the outbox row's idempotency key, else the event's
+    /// key.
+    pub key: String,
+    pub params: Vec<Value>,
+}
+
+impl Row {
+    /// `statement` of `event`'s batch as a hand-off row, if it is one.
+    pub(crate) fn of(event: &VerifiedEvent, statement: &Statement) -> Option<Row> {
+        let kind = Kind::of(statement)?;
+        let key = match (kind, statement.params.first()) {
+            (Kind::Outbox, Some(Value::Text(key))) => key.clone(),
+            _ => dedupe_key(&event.source, &event.id),
+        };
+        Some(Row {
+            kind,
+            key,
+            params: statement.params.clone(),
+        })
+    }
+
+    fn d1(&self) -> Statement {
+        Statement::new(self.kind.d1_sql(), self.params.clone())
+    }
+}
+
+/// Written in the event's transaction: one row, a no-op if there (an
+/// outbox row keyed by a business object another event wrote).
+pub(super) const INSERT: &str = "INSERT INTO webhook_outbox \
+     (kind, key, source, event_id, params, created_at) VALUES ($1, $2, $3, $4, $5, $6) \
+     ON CONFLICT (kind, key) DO NOTHING";
+
+/// The rows of one event not yet handed off (after a clash with an
+/// earlier attempt, whose hand-off may have been cut short).
+pub(super) const PENDING: &str = "SELECT kind, key, params FROM webhook_outbox \
+     WHERE source = $1 AND event_id = $2 AND handed_off_at IS NULL";
+
+/// The relay's claim: rows past the grace period, oldest first, skipping
+/// any another run (or an event's attempt) holds.
+const CLAIM_DUE: &str = "SELECT kind, key, params FROM webhook_outbox \
+     WHERE handed_off_at IS NULL AND created_at <= $1 \
+     ORDER BY created_at LIMIT 100 FOR UPDATE SKIP LOCKED";
+
+const MARK: &str = "UPDATE webhook_outbox SET handed_off_at = $1 \
+     WHERE handed_off_at IS NULL AND (kind, key) IN (SELECT * FROM unnest($2::text[], $3::text[]))";
+
+/// The values of a row as JSON text, and back.
+pub(super) fn encode(params: &[Value]) -> String {
+    let values: Vec<Json> = params
+        .iter()
+        .map(|value| match value {
+            Value::Text(text) => Json::from(text.as_str()),
+            Value::Int(n) => Json::from(*n),
+            Value::Real(n) => Json::from(*n),
+            Value::Null => Json::Null,
+        })
+        .collect();
+    Json::from(values).to_string()
+}
+
+fn decode(text: &str) -> Option<Vec<Value>> {
+    let Json::Array(values) = serde_json::from_str(text).ok()? else {
+        return None;
+    };
+    values
+        .into_iter()
+        .map(|value| match value {
+            Json::String(text) => Some(Value::Text(text)),
+            Json::Number(n) => n.as_i64().map(Value::Int).or(n.as_f64().map(Value::Real)),
+            Json::Null => Some(Value::Null),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Reads rows selected as `kind, key, params`; an unreadable one is logged
+/// and left (it is never marked, so it stays visible).
+pub(super) fn read(rows: Vec<tokio_postgres::Row>) -> Vec<Row> {
+    rows.into_iter()
+        .filter_map(|row| {
+            let (kind, key, params): (String, String, String) =
+                (row.get(0), row.get(1), row.get(2));
+            let read = Kind::named(&kind).zip(decode(&params));
+            if read.is_none() {
+                log::error(&Line::new("handoff_unreadable").detail(format!("{kind} {key}")));
+            }
+            read.map(|(kind, params)| Row { kind, key, params })
+        })
+        .collect()
+}
+
+/// Copies `rows` to D1, then marks them handed off. D1 refusing is logged
+/// and left to the relay: the event's effect has committed either way.
+pub(super) async fn deliver(env: &Env, client: &Client, rows: &[Row]) -> Result<(), PgError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let statements: Vec<Statement> = rows.iter().map(Row::d1).collect();
+    if let Err(e) = Db::from_env(env)?.batch(&statements).await {
+        log::error(&Line::new("handoff_failed").error(e));
+        return Ok(());
+    }
+    mark(client, rows).await
+}
+
+async fn mark(client: &Client, rows: &[Row]) -> Result<(), PgError> {
+    let kinds: Vec<&str> = rows.iter().map(|row| row.kind.name()).collect();
+    let keys: Vec<&str> = rows.iter().map(|row| row.key.as_str()).collect();
+    let now = now_ms();
+    client
+        .execute_typed(
+            MARK,
+            &[
+                (&now, Type::INT8),
+                (&kinds, Type::TEXT_ARRAY),
+                (&keys, Type::TEXT_ARRAY),
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// The cron's run: the relay, when effects commit in Postgres; logged as
+/// `handoff_relay` (with how many rows it handed off) or
+/// `handoff_relay_failed`.
+pub(crate) async fn run(env: &Env, settings: &Settings) {
+    let store = settings.inbox().map(|inbox| inbox.store);
+    let (Ok(Store::Postgres), Ok(outbox)) = (store, settings.outbox()) else {
+        return;
+    };
+    match relay(env, outbox.relay_grace_ms).await {
+        Ok(0) => {}
+        Ok(sent) => log::info(&Line::new("handoff_relay").sent(sent)),
+        Err(e) => log::error(&Line::new("handoff_relay_failed").error(e.message())),
+    }
+}
+
+/// The cron relay: hands off up to 100 rows left past `grace_ms` (an
+/// attempt cut short between its commit and its hand-off), in one
+/// transaction that holds them with `FOR UPDATE SKIP LOCKED`. Returns how
+/// many it handed off.
+async fn relay(env: &Env, grace_ms: i64) -> Result<usize, PgError> {
+    let due = now_ms() - grace_ms;
+    with_client(env, async |client: &Client| {
+        let (begun, claimed) = join(
+            client.batch_execute(super::BEGIN),
+            client.query_typed(CLAIM_DUE, &[(&due, Type::INT8)]),
+        )
+        .await;
+        begun?;
+        let rows = read(claimed?);
+        let statements: Vec<Statement> = rows.iter().map(Row::d1).collect();
+        let copied = if rows.is_empty() {
+            Ok(())
+        } else {
+            Db::from_env(env)?.batch(&statements).await
+        };
+        if let Err(e) = copied {
+            client.batch_execute("ROLLBACK").await?;
+            log::error(&Line::new("handoff_relay_failed").error(e));
+            return Ok(0);
+        }
+        let (marked, committed) = join(mark(client, &rows), client.batch_execute("COMMIT")).await;
+        marked?;
+        committed?;
+        Ok(rows.len())
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_survive_their_json_text() {
+        let params = vec![
+            Value::Text("a \"quoted\" ✓".into()),
+            Value::Int(-9_007_199_254_740_993),
+            Value::Real(0.25),
+            Value::Null,
+        ];
+        assert_eq!(decode(&encode(&params)), Some(params));
+        assert_eq!(decode("{}"), None);
+        assert_eq!(decode("[[1]]"), None);
+    }
+
+    #[test]
+    fn the_batch_tells_its_hand_off_rows_from_the_effect_writes() {
+        let event = VerifiedEvent::example("example", "ping", "{}");
+        let ledger = ledger::row(&event, 2);
+        let row = Row::of(&event, &ledger).unwrap();
+        assert_eq!(
+            (row.kind, row.key.as_str()),
+            (Kind::Ledger, "example:evt_1")
+        );
+        assert_eq!(row.d1().sql, ledger::MIRROR);
+        let write = Statement::new("UPDATE things SET n = n + 1", Vec::new());
+        assert_eq!(Row::of(&event, &write), None);
+        for kind in [Kind::Ledger, Kind::Outbox, Kind::Forwards] {
+            assert_eq!(Kind::named(kind.name()), Some(kind));
+            assert!(kind.d1_sql().contains("DO NOTHING"), "{kind:?}");
+        }
+    }
+}

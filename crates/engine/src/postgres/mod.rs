@@ -1,0 +1,154 @@
+//! The Postgres store (feature `postgres`, `STORE = "postgres"`): an
+//! event's ledger row, its effect's writes and its outbox rows commit in ONE
+//! Postgres transaction on one connection through Hyperdrive (`BEGIN` …
+//! `COMMIT`, never two API calls, which would be two transactions). The
+//! engine's own tables stay in D1; what they need of the event follows the
+//! commit by a hand-off (see `handoff`, and docs/postgres.md for why).
+//!
+//! One connection per unit of work, because a connection cannot serve
+//! another request. It is polled inside the request and closed before the
+//! reply (the local Hyperdrive proxy ends the runtime if a request ends
+//! while Postgres is still sending), and every unit has a deadline: a
+//! database that is down, restarting or refusing the password is an error
+//! to answer, never a hang.
+
+mod apply;
+mod handoff;
+mod sql;
+
+use std::pin::pin;
+use std::time::Duration;
+
+use futures_util::future::{select, Either};
+use tokio_postgres::{config::SslMode, Client, Config, NoTls};
+use worker::{Delay, Env};
+
+pub(crate) use apply::{apply, dismiss, dismissed, handled};
+pub(crate) use handoff::run as relay;
+
+/// The Hyperdrive binding of the database (wrangler.toml's `[[hyperdrive]]`).
+pub const HYPERDRIVE_BINDING: &str = "HYPERDRIVE";
+
+/// How long one unit of work (connect, run, close) may take before it is
+/// given up as unavailable.
+const DEADLINE: Duration = Duration::from_millis(5_000);
+
+/// Opens a transaction whose statements Postgres itself stops before the
+/// deadline (a lock held elsewhere, a slow disk), and which it rolls back
+/// should this side go quiet mid-way (a runtime killed between round
+/// trips), so that an abandoned transaction never holds a ledger key.
+pub(crate) const BEGIN: &str = "BEGIN; SET LOCAL statement_timeout = 4000; \
+     SET LOCAL idle_in_transaction_session_timeout = 10000";
+
+/// Why a unit of work did not complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PgError {
+    /// Postgres could not be reached or would not serve: down, restarting,
+    /// refusing the password, out of connections, or slower than the
+    /// deadline. The sender is told to come back (503).
+    Unavailable(String),
+    /// Postgres refused a statement (an effect's SQL, a constraint). The
+    /// transaction rolled back.
+    Refused(String),
+}
+
+impl PgError {
+    pub(crate) fn message(&self) -> String {
+        match self {
+            PgError::Unavailable(why) => format!("postgres unavailable: {why}"),
+            PgError::Refused(why) => format!("postgres refused: {why}"),
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for PgError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        let Some(db) = error.as_db_error() else {
+            // The connection: refused, reset, closed.
+            return PgError::Unavailable(error.to_string());
+        };
+        let code = db.code().code();
+        let why = format!("{code} {}", db.message());
+        if is_unavailable(code) {
+            PgError::Unavailable(why)
+        } else {
+            PgError::Refused(why)
+        }
+    }
+}
+
+impl From<worker::Error> for PgError {
+    fn from(error: worker::Error) -> Self {
+        PgError::Unavailable(error.to_string())
+    }
+}
+
+/// SQLSTATE classes of a server that will not serve now, whatever the
+/// statement: connection (08), authorization (28), resources (53), an
+/// operator's or a crash's shutdown (57P), a statement slower than
+/// `BEGIN`'s timeout (57014), a missing database (3D000).
+fn is_unavailable(code: &str) -> bool {
+    ["08", "28", "53", "57P"]
+        .iter()
+        .any(|class| code.starts_with(class))
+        || ["57014", "3D000"].contains(&code)
+}
+
+/// Runs `work` on a new connection to the database, polling the connection
+/// alongside it, then closes the connection, all before `DEADLINE`.
+pub(crate) async fn with_client<T>(
+    env: &Env,
+    work: impl AsyncFnOnce(&Client) -> Result<T, PgError>,
+) -> Result<T, PgError> {
+    let unit = pin!(connected(env, work));
+    match select(unit, pin!(Delay::from(DEADLINE))).await {
+        Either::Left((result, _)) => result,
+        Either::Right(_) => Err(PgError::Unavailable(format!(
+            "no answer within {} ms",
+            DEADLINE.as_millis()
+        ))),
+    }
+}
+
+async fn connected<T>(
+    env: &Env,
+    work: impl AsyncFnOnce(&Client) -> Result<T, PgError>,
+) -> Result<T, PgError> {
+    let hyperdrive = env.hyperdrive(HYPERDRIVE_BINDING)?;
+    let mut config: Config = hyperdrive.connection_string().parse()?;
+    // Hyperdrive's socket is the runtime's own; it speaks TLS to the origin.
+    config.ssl_mode(SslMode::Disable);
+    let (client, connection) = config.connect_raw(hyperdrive.connect()?, NoTls).await?;
+    let mut connection = pin!(connection);
+    let result = match select(pin!(work(&client)), connection.as_mut()).await {
+        Either::Left((result, _)) => result,
+        Either::Right((ended, _)) => {
+            return Err(PgError::Unavailable(match ended {
+                Ok(()) => "the server closed the connection".into(),
+                Err(e) => e.to_string(),
+            }))
+        }
+    };
+    // Closed here, within the request: the client's drop sends Terminate,
+    // and the connection ends once the server has it.
+    drop(client);
+    let _closed = connection.await;
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_that_will_not_serve_is_unavailable_a_refused_statement_is_not() {
+        for code in [
+            "08006", "28P01", "53300", "57P01", "57P03", "57014", "3D000",
+        ] {
+            assert!(is_unavailable(code), "{code}");
+        }
+        for code in ["23505", "42P01", "22P02", "40001"] {
+            assert!(!is_unavailable(code), "{code}");
+        }
+    }
+}

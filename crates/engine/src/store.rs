@@ -1,0 +1,99 @@
+//! Where an event's effect commits: D1, the default, or your Postgres
+//! through Hyperdrive (feature `postgres`, `STORE = "postgres"`). Either
+//! way the ledger row, the effect's writes and the outbox rows commit in
+//! one transaction; an effect is written once and runs on both.
+
+use worker::Env;
+
+use crate::config::Store;
+use crate::d1::{Db, Statement};
+use crate::event::VerifiedEvent;
+use crate::ledger::{self, Applied};
+
+/// Why an effect did not commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NotApplied {
+    /// The store could not be reached or would not serve: the sender is
+    /// asked to come back (503 with `Retry-After`); the alarm retries.
+    /// Only Postgres tells this apart: D1 is the runtime's own.
+    #[cfg_attr(not(feature = "postgres"), expect(dead_code))]
+    Unavailable(String),
+    /// The store refused or failed the transaction; the alarm retries.
+    Failed(String),
+}
+
+impl NotApplied {
+    pub(crate) fn message(&self) -> &str {
+        match self {
+            NotApplied::Unavailable(why) | NotApplied::Failed(why) => why,
+        }
+    }
+}
+
+/// Commits `batch` (see `effects::plan`) for `event` in `store`.
+pub(crate) async fn apply(
+    env: &Env,
+    store: Store,
+    event: &VerifiedEvent,
+    batch: &[Statement],
+) -> Result<Applied, NotApplied> {
+    let failed = |e: worker::Error| NotApplied::Failed(e.to_string());
+    match store {
+        Store::D1 => ledger::apply(&Db::from_env(env).map_err(failed)?, event, batch)
+            .await
+            .map_err(failed),
+        #[cfg(feature = "postgres")]
+        Store::Postgres => {
+            use crate::postgres::PgError;
+            crate::postgres::apply(env, event, batch)
+                .await
+                .map_err(|e| match e {
+                    PgError::Unavailable(_) => NotApplied::Unavailable(e.message()),
+                    PgError::Refused(_) => NotApplied::Failed(e.message()),
+                })
+        }
+        // Refused by the settings before any event gets here.
+        #[cfg(not(feature = "postgres"))]
+        Store::Postgres => Err(NotApplied::Failed(NEEDS_FEATURE.into())),
+    }
+}
+
+#[cfg(not(feature = "postgres"))]
+const NEEDS_FEATURE: &str = "STORE = \"postgres\" needs the cargo feature `postgres`";
+
+/// Postgres's ledger, where D1's copy of it may lag (see
+/// `postgres::handoff`): whether it holds `event` as an operator's
+/// dismissal.
+pub(crate) async fn postgres_dismissed(env: &Env, event: &VerifiedEvent) -> worker::Result<bool> {
+    #[cfg(feature = "postgres")]
+    return crate::postgres::dismissed(env, event).await.map_err(into_error);
+    #[cfg(not(feature = "postgres"))]
+    return Err(refused(env, event));
+}
+
+/// Whether Postgres's ledger holds `event` (or its signed body), having
+/// handed off what an earlier attempt left.
+pub(crate) async fn postgres_handled(env: &Env, event: &VerifiedEvent) -> worker::Result<bool> {
+    #[cfg(feature = "postgres")]
+    return crate::postgres::handled(env, event).await.map_err(into_error);
+    #[cfg(not(feature = "postgres"))]
+    return Err(refused(env, event));
+}
+
+/// Records an operator's dismissal of `event` in Postgres's ledger.
+pub(crate) async fn postgres_dismiss(env: &Env, event: &VerifiedEvent) -> worker::Result<Applied> {
+    #[cfg(feature = "postgres")]
+    return crate::postgres::dismiss(env, event).await.map_err(into_error);
+    #[cfg(not(feature = "postgres"))]
+    return Err(refused(env, event));
+}
+
+#[cfg(feature = "postgres")]
+fn into_error(error: crate::postgres::PgError) -> worker::Error {
+    error.message().into()
+}
+
+#[cfg(not(feature = "postgres"))]
+fn refused(_: &Env, _: &VerifiedEvent) -> worker::Error {
+    NEEDS_FEATURE.into()
+}

@@ -1,0 +1,77 @@
+#!/bin/sh
+# A local Postgres for STORE = "postgres" (docs/postgres.md): one cluster in
+# the project's ignored state, listening on loopback only, with a password.
+#
+#   scripts/postgres.sh start      initdb on first use, start, create the
+#                                  database, apply migrations-postgres/
+#   scripts/postgres.sh stop | restart | status
+#   scripts/postgres.sh url        the connection string
+#   scripts/postgres.sh psql ...   psql on the database
+#
+# PG_DIR (default .wrangler/postgres), PG_PORT (5433) and PG_DB (webhooks)
+# choose another cluster or database. Debian's postgresql package provides
+# the server (scripts/setup.sh --with-postgres installs it). As root, the
+# server runs as the `postgres` user, since it refuses to run as root.
+set -eu
+cd "$(dirname "$0")/.."
+DIR=${PG_DIR:-$PWD/.wrangler/postgres}
+PORT=${PG_PORT:-5433}
+DB=${PG_DB:-webhooks}
+ROLE=webhooks
+PASSWORD=webhooks
+BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+if [ -z "$BIN" ]; then
+    echo "postgres: no server: run scripts/setup.sh --with-postgres" >&2
+    exit 1
+fi
+
+owner() {
+    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+url() {
+    echo "postgresql://$ROLE:$PASSWORD@127.0.0.1:$PORT/$DB"
+}
+psql_db() {
+    PGOPTIONS="-c client_min_messages=warning" PGPASSWORD=$PASSWORD psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d "$DB" "$@"
+}
+
+start() {
+    if [ ! -f "$DIR/PG_VERSION" ]; then
+        mkdir -p "$DIR"
+        [ "$(id -u)" = 0 ] && chown postgres "$DIR"
+        pwfile=$(mktemp)
+        echo "$PASSWORD" >"$pwfile"
+        chmod 644 "$pwfile"
+        owner "$BIN/initdb" -D "$DIR" -U "$ROLE" --pwfile="$pwfile" -A scram-sha-256 >/dev/null
+        rm -f "$pwfile"
+    fi
+    if ! owner "$BIN/pg_ctl" -D "$DIR" status >/dev/null 2>&1; then
+        owner "$BIN/pg_ctl" -D "$DIR" -l "$DIR/server.log" -w -o "-p $PORT -k '' -c listen_addresses=127.0.0.1" start >/dev/null
+    fi
+    if ! PGPASSWORD=$PASSWORD psql -X -tA -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d postgres \
+        -c "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1; then
+        PGPASSWORD=$PASSWORD psql -X -q -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d postgres -c "CREATE DATABASE \"$DB\""
+    fi
+    migrate
+}
+
+# Each file of migrations-postgres/ once, in order, each in one transaction.
+migrate() {
+    psql_db -c "CREATE TABLE IF NOT EXISTS webhook_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+    for file in migrations-postgres/*.sql; do
+        name=$(basename "$file")
+        if [ -z "$(psql_db -tA -c "SELECT 1 FROM webhook_migrations WHERE name = '$name'")" ]; then
+            psql_db -1 -f "$file" -c "INSERT INTO webhook_migrations (name) VALUES ('$name')"
+        fi
+    done
+}
+
+case "${1:-}" in
+start) start ;;
+stop) owner "$BIN/pg_ctl" -D "$DIR" -w -m fast stop >/dev/null 2>&1 || true ;;
+restart) owner "$BIN/pg_ctl" -D "$DIR" -w -m "${2:-fast}" restart -o "-p $PORT -k '' -c listen_addresses=127.0.0.1" >/dev/null ;;
+status) owner "$BIN/pg_ctl" -D "$DIR" status ;;
+url) url ;;
+psql) shift; psql_db "$@" ;;
+*) echo "usage: scripts/postgres.sh start|stop|restart [immediate]|status|url|psql ..." >&2; exit 2 ;;
+esac

@@ -1,0 +1,255 @@
+// needs: postgres
+// STORE = "postgres": the built postgres variant of the worker in workerd,
+// its Hyperdrive binding on a real local Postgres (scripts/postgres.sh).
+// Each event's ledger row, effect and outbox rows commit in one Postgres
+// transaction; storms, faults, a database that is down, slow, restarting or
+// refusing the password; rows counted in Postgres itself.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { after, before, describe, test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
+import { freshDatabase, pgctl, startPostgresWorker } from "./support/postgres.mjs";
+import { checkoutCompleted, githubHeaders, starEvent, stripeHeaders, uniqueId } from "./support/sign.mjs";
+import { SECRETS, eventually } from "./support/worker.mjs";
+
+const TARGETS = {
+  EMAIL_API_URL: "http://email.test",
+  EMAIL_API_KEY: "test-email-key",
+  EMAIL_FROM: "shop@example.com",
+  OUTBOX_RETRY_BASE_SECS: "1",
+  OUTBOX_RELAY_GRACE_MS: "0",
+  EFFECT_RETRY_BASE_MS: "300",
+};
+
+let pg;
+let w;
+before(async () => {
+  pg = freshDatabase();
+  w = await startPostgresWorker(pg, TARGETS);
+});
+after(async () => {
+  await w?.dispose();
+  pg?.start();
+});
+
+const sendStripe = async (body, headers = {}) => {
+  const reply = await w.post("/webhooks/stripe", body, { ...stripeHeaders(body, SECRETS.STRIPE_WEBHOOK_SECRET.split(",")[0]), ...headers });
+  return { status: reply.status, retryAfter: reply.headers.get("retry-after"), body: await reply.json() };
+};
+const ledgerRows = (id) => Number(pg.scalar(`SELECT count(*) FROM processed_events WHERE event_id = '${id}'`));
+const orders = (session) => pg.query(`SELECT status, amount FROM orders WHERE checkout_session_id = '${session}'`);
+const emailsFor = (to) => w.target.to("http://email.test").filter((call) => call.body.includes(to));
+
+describe("postgres: one event, one effect", () => {
+  test("50 concurrent copies: one processed, one ledger row, one order, one email", async () => {
+    const id = uniqueId("evt");
+    const session = uniqueId("cs");
+    const email = `${session}@example.com`;
+    const body = checkoutCompleted({ id, session, email, amount: 4200 });
+    const replies = await Promise.all(Array.from({ length: 50 }, () => sendStripe(body)));
+    assert.deepEqual([...new Set(replies.map((r) => r.status))], [200]);
+    assert.equal(replies.filter((r) => r.body.outcome === "processed").length, 1);
+    assert.equal(ledgerRows(id), 1);
+    assert.deepEqual(orders(session), [["paid", "4200"]]);
+    // The hand-off: D1 has the ledger row and the outbox row, and the email
+    // went once, under the row's key.
+    assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+    await eventually(() => emailsFor(email).length === 1, 10_000, "the receipt");
+    await sleep(1_000);
+    assert.equal(emailsFor(email).length, 1);
+    assert.equal(pg.scalar(`SELECT count(*) FROM webhook_outbox WHERE event_id = '${id}' AND handed_off_at IS NULL`), "0");
+  });
+
+  test("50 distinct events at once: 50 ledger rows, 50 orders", async () => {
+    const run = uniqueId("run");
+    const bodies = Array.from({ length: 50 }, (_, i) => checkoutCompleted({ id: `${run}_${i}`, session: `${run}_cs_${i}`, email: `${run}_${i}@example.com` }));
+    const replies = await Promise.all(bodies.map((body) => sendStripe(body)));
+    assert.equal(replies.filter((r) => r.body.outcome === "processed").length, 50);
+    assert.equal(pg.scalar(`SELECT count(*) FROM processed_events WHERE event_id LIKE '${run}_%'`), "50");
+    assert.equal(pg.scalar(`SELECT count(*) FROM orders WHERE checkout_session_id LIKE '${run}_cs_%'`), "50");
+  });
+
+  test("a crash between claim and effect: applied once by the retry", async () => {
+    const id = uniqueId("evt");
+    const session = uniqueId("cs");
+    const reply = await sendStripe(checkoutCompleted({ id, session }), { "x-test-fault": "fail-before-effect" });
+    assert.equal(reply.body.outcome, "accepted");
+    assert.equal(ledgerRows(id), 0);
+    await eventually(() => ledgerRows(id) === 1, 10_000, "the retry");
+    assert.equal(orders(session).length, 1);
+  });
+
+  test("a lost reply after the commit: the retry finds the ledger row and changes nothing", async () => {
+    const id = uniqueId("evt");
+    const session = uniqueId("cs");
+    const reply = await sendStripe(checkoutCompleted({ id, session }), { "x-test-fault": "fail-after-effect" });
+    assert.equal(reply.body.outcome, "accepted");
+    assert.equal(ledgerRows(id), 1);
+    await eventually(async () => (await w.inboxState(`stripe:${id}`))?.state === "done", 10_000, "done");
+    assert.equal(ledgerRows(id), 1);
+    assert.equal(orders(session).length, 1);
+  });
+
+  test("a write Postgres refuses rolls back the ledger row with it; the retry applies both", async () => {
+    const id = uniqueId("evt");
+    const session = uniqueId("cs");
+    pg.query("ALTER TABLE orders ADD CONSTRAINT under_1000 CHECK (amount < 1000) NOT VALID");
+    try {
+      const reply = await sendStripe(checkoutCompleted({ id, session, amount: 5000 }));
+      assert.equal(reply.status, 200);
+      assert.equal(reply.body.outcome, "accepted");
+      assert.equal(ledgerRows(id), 0);
+      assert.equal(orders(session).length, 0);
+      assert.equal(pg.scalar(`SELECT count(*) FROM webhook_outbox WHERE event_id = '${id}'`), "0");
+      assert.match(w.logged("effect_failed").at(-1).error, /postgres refused: 23514/);
+    } finally {
+      pg.query("ALTER TABLE orders DROP CONSTRAINT under_1000");
+    }
+    await eventually(() => ledgerRows(id) === 1, 10_000, "the retry");
+    assert.deepEqual(orders(session), [["paid", "5000"]]);
+  });
+
+  test("the replay fence: a signed body under a fresh delivery id applies nothing", async () => {
+    const repo = uniqueId("repo");
+    const body = starEvent({ repo });
+    const secret = SECRETS.GITHUB_WEBHOOK_SECRET;
+    const deliver = async (delivery) => {
+      const reply = await w.post("/webhooks/github", body, githubHeaders(body, secret, { delivery, event: "star" }));
+      return reply.json();
+    };
+    assert.equal((await deliver(uniqueId("d"))).outcome, "processed");
+    assert.equal((await deliver(uniqueId("d"))).outcome, "duplicate");
+    assert.equal(pg.scalar(`SELECT stars FROM repo_stars WHERE repo = '${repo}'`), "1");
+    assert.equal(pg.scalar(`SELECT count(*) FROM processed_events WHERE source = 'github' AND type = 'star.created' AND fence_sha256 IS NOT NULL AND event_id IN (SELECT event_id FROM processed_events)`) >= "1", true);
+  });
+});
+
+describe("postgres: failure is an answer", () => {
+  test("Postgres down: 503 with Retry-After, the runtime serves on, the alarm applies it once it is back", async () => {
+    const id = uniqueId("evt");
+    const session = uniqueId("cs");
+    pg.stop();
+    let reply;
+    try {
+      reply = await sendStripe(checkoutCompleted({ id, session }));
+      assert.equal(reply.status, 503);
+      assert.equal(reply.body.outcome, "accepted");
+      assert.equal(reply.body.store, "unavailable");
+      assert.ok(Number(reply.retryAfter) >= 1, reply.retryAfter);
+      // The runtime is alive: another request is answered.
+      const alive = await w.mf.dispatchFetch("http://localhost/");
+      assert.equal(alive.status, 200);
+      await alive.arrayBuffer();
+      // A copy meanwhile is a copy.
+      assert.equal((await sendStripe(checkoutCompleted({ id, session }))).status !== 500, true);
+    } finally {
+      pg.start();
+    }
+    await eventually(() => ledgerRows(id) === 1, 15_000, "the alarm's retry");
+    assert.equal(orders(session).length, 1);
+  });
+
+  test("slower than the deadline: 503, and the retry applies it once the lock is gone", async () => {
+    const id = uniqueId("evt");
+    const session = uniqueId("cs");
+    const locker = spawn("sh", ["scripts/postgres.sh", "psql", "-c", "BEGIN; LOCK TABLE processed_events IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(7); COMMIT;"], {
+      env: { ...process.env, PG_DIR: `${process.cwd()}/.wrangler/postgres-test`, PG_PORT: "5434", PG_DB: pg.db },
+      stdio: "ignore",
+    });
+    const exited = new Promise((resolve) => locker.on("exit", resolve));
+    await sleep(500);
+    const started = Date.now();
+    const reply = await sendStripe(checkoutCompleted({ id, session }));
+    assert.equal(reply.status, 503);
+    assert.ok(Date.now() - started < 6_500, `answered after ${Date.now() - started} ms`);
+    await exited;
+    await eventually(() => ledgerRows(id) === 1, 15_000, "the retry");
+    assert.equal(orders(session).length, 1);
+  });
+
+  test("a restart mid-stream (immediate): every event applied exactly once", async () => {
+    const run = uniqueId("run");
+    const bodies = Array.from({ length: 40 }, (_, i) => checkoutCompleted({ id: `${run}_${i}`, session: `${run}_cs_${i}` }));
+    const sending = (async () => {
+      const replies = [];
+      for (const body of bodies) {
+        replies.push(await sendStripe(body));
+        await sleep(25);
+      }
+      return replies;
+    })();
+    await sleep(300);
+    pg.restart("immediate");
+    const replies = await sending;
+    assert.ok(replies.every((r) => r.status === 200 || r.status === 503), JSON.stringify(replies.map((r) => r.status)));
+    await eventually(() => pg.scalar(`SELECT count(*) FROM processed_events WHERE event_id LIKE '${run}_%'`) === "40", 20_000, "every event");
+    assert.equal(pg.scalar(`SELECT count(*) FROM orders WHERE checkout_session_id LIKE '${run}_cs_%'`), "40");
+  });
+
+  test("a refused password: 503, never a crash", async () => {
+    const wrong = { ...pg, url: pg.url.replace(":webhooks@", ":wrong-password@") };
+    const bad = await startPostgresWorker(wrong, TARGETS);
+    try {
+      const body = checkoutCompleted({});
+      const reply = await bad.post("/webhooks/stripe", body, stripeHeaders(body, SECRETS.STRIPE_WEBHOOK_SECRET.split(",")[0]));
+      assert.equal(reply.status, 503);
+      assert.equal((await reply.json()).store, "unavailable");
+      assert.match(bad.logged("effect_failed").at(-1).error, /postgres unavailable: 28P01/);
+    } finally {
+      await bad.dispose();
+    }
+  });
+});
+
+describe("postgres: the hand-off relay", () => {
+  test("a row left by an attempt cut short is handed off by the cron, once", async () => {
+    const id = uniqueId("evt");
+    const params = JSON.stringify(["stripe", id, "invoice.created", 1, 2, null]);
+    pg.query(`INSERT INTO webhook_outbox (kind, key, source, event_id, params, created_at) VALUES ('ledger', 'stripe:${id}', 'stripe', '${id}', '${params}', 1)`);
+    const worker = await w.mf.getWorker("webhooks");
+    await Promise.all([worker.scheduled({ cron: "* * * * *" }), worker.scheduled({ cron: "* * * * *" })]);
+    assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+    assert.notEqual(pg.scalar(`SELECT handed_off_at FROM webhook_outbox WHERE event_id = '${id}'`), "");
+    assert.ok(w.logged("handoff_relay").length >= 1);
+  });
+});
+
+describe("postgres: an operator's failed list and dismissal", () => {
+  const TOKEN = "postgres-admin-token-0123456789abcdef";
+  let ops;
+  before(async () => {
+    ops = await startPostgresWorker(pg, { ...TARGETS, ADMIN_TOKEN: TOKEN, EFFECT_MAX_ATTEMPTS: "1" });
+  });
+  after(() => ops?.dispose());
+  const send = async (body, headers = {}) => {
+    const reply = await ops.post("/webhooks/stripe", body, { ...stripeHeaders(body, SECRETS.STRIPE_WEBHOOK_SECRET.split(",")[0]), ...headers });
+    return reply.json();
+  };
+
+  test("a failed event is listed, dismissed in Postgres's ledger, and a copy then applies nothing", async () => {
+    const id = uniqueId("evt");
+    const session = uniqueId("cs");
+    const body = checkoutCompleted({ id, session });
+    assert.equal((await send(body, { "x-test-fault": "effect-always-fails" })).outcome, "failed");
+    assert.equal(await ops.scalar("SELECT count(*) FROM failed_events WHERE event_id = ? AND dismissed_at IS NULL", id), 1);
+    const dismissal = await ops.mf.dispatchFetch(`http://localhost/admin/api/events/stripe/${id}/dismiss`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    assert.equal(dismissal.status, 200, await dismissal.text());
+    assert.notEqual(pg.scalar(`SELECT dismissed_at FROM processed_events WHERE event_id = '${id}'`), "");
+    assert.ok((await ops.scalar("SELECT dismissed_at FROM failed_events WHERE event_id = ?", id)) > 0);
+    assert.equal((await send(body)).outcome, "duplicate");
+    assert.equal(orders(session).length, 0, "dismissed: never applied");
+  });
+
+  test("applied, but the last attempt's reply was lost: the report finds it in Postgres and lists nothing", async () => {
+    const id = uniqueId("evt");
+    const session = uniqueId("cs");
+    const reply = await send(checkoutCompleted({ id, session }), { "x-test-fault": "fail-after-effect" });
+    assert.notEqual(reply.outcome, "failed");
+    assert.equal(ledgerRows(id), 1);
+    assert.equal(await ops.scalar("SELECT count(*) FROM failed_events WHERE event_id = ?", id), 0);
+    await eventually(async () => (await ops.inboxState(`stripe:${id}`))?.state === "done", 10_000, "done");
+  });
+});

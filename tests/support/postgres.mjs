@@ -1,0 +1,54 @@
+// A real Postgres for the tests of STORE = "postgres": one cluster under
+// .wrangler/postgres-test (scripts/postgres.sh), a fresh database per
+// worker started, and the built postgres variant of the worker in workerd
+// with a Hyperdrive binding to it. Nothing is mocked.
+import { execFileSync } from "node:child_process";
+import { createRequire } from "node:module";
+import { startWorker } from "./worker.mjs";
+
+// The local Hyperdrive proxy runs in this process (Miniflare).
+createRequire(import.meta.url)("../../scripts/hyperdrive-guard.cjs");
+
+export const POSTGRES_BUILD = "target/variants/postgres/index.js";
+const CLUSTER = { PG_DIR: `${process.cwd()}/.wrangler/postgres-test`, PG_PORT: "5434" };
+let databases = 0;
+
+/** Runs scripts/postgres.sh with `args` on the test cluster (and `db`). */
+export function pgctl(db, ...args) {
+  return execFileSync("sh", ["scripts/postgres.sh", ...args], {
+    env: { ...process.env, ...CLUSTER, PG_DB: db },
+    encoding: "utf8",
+  });
+}
+
+/**
+ * A new database on the test cluster (started if need be), migrations
+ * applied: its `url`, `query(sql)` (rows as arrays of strings), `scalar`,
+ * and `restart(mode)`, `stop()`, `start()` of the cluster.
+ */
+export function freshDatabase() {
+  const db = `t_${process.pid}_${++databases}`;
+  pgctl(db, "start");
+  const query = (sql) =>
+    pgctl(db, "psql", "-tA", "-F", "\t", "-c", sql)
+      .split("\n")
+      .filter((line) => line !== "")
+      .map((line) => line.split("\t"));
+  return {
+    db,
+    url: pgctl(db, "url").trim(),
+    query,
+    scalar: (sql) => query(sql)[0]?.[0] ?? null,
+    restart: (mode = "fast") => pgctl(db, "restart", mode),
+    stop: () => pgctl(db, "stop"),
+    start: () => pgctl(db, "start"),
+  };
+}
+
+/** The postgres build of the worker, its effects in `pg` (`STORE = "postgres"`). */
+export function startPostgresWorker(pg, vars = {}, options = {}) {
+  return startWorker(
+    { STORE: "postgres", ...vars },
+    { main: POSTGRES_BUILD, hyperdrives: { HYPERDRIVE: pg.url }, ...options },
+  );
+}
