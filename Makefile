@@ -19,9 +19,11 @@ POSTGRES := stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,g
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
-## relay ticking as deployed (scripts/dev.mjs).
+## relay ticking as deployed (scripts/dev.mjs). STORE=postgres: effects in a
+## local Postgres cluster, started under .wrangler/postgres.
 dev: setup
-	node scripts/dev.mjs --port 8787
+	if [ "$(STORE)" = postgres ]; then sh scripts/setup.sh --with-postgres; fi
+	$(if $(filter postgres,$(STORE)),WORKER_FEATURES=$(POSTGRES)) node scripts/dev.mjs --port 8787 $(if $(STORE),--store $(STORE))
 
 ## A local destination for forwarding: verifies and prints each request.
 sink: setup

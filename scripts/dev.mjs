@@ -11,11 +11,19 @@
 //
 //   node scripts/dev.mjs [--port 8787] [--persist-to .wrangler/state]
 //                        [--env-file FILE] [--var NAME:VALUE ...]
+//                        [--store d1|postgres]
 //
 // Without --env-file, secrets come from .dev.vars (copied from
 // .dev.vars.example if absent). Binds to 127.0.0.1 only.
+//
+// With effects in Postgres (`--store postgres`, or STORE = "postgres" in
+// wrangler.toml): a local cluster under .wrangler/postgres
+// (scripts/postgres.sh) with migrations-postgres/ applied, the Hyperdrive
+// binding pointed at it, and the guard of the local Hyperdrive proxy
+// (scripts/hyperdrive-guard.cjs).
 import { spawnSync } from "node:child_process";
 import { copyFileSync, existsSync } from "node:fs";
+import { createRequire } from "node:module";
 import { parseArgs } from "node:util";
 import { unstable_readConfig, unstable_startWorker } from "wrangler";
 
@@ -29,6 +37,7 @@ const { values: options } = parseArgs({
     "persist-to": { type: "string", default: ".wrangler/state" },
     "env-file": { type: "string" },
     var: { type: "string", multiple: true, default: [] },
+    store: { type: "string" },
   },
 });
 const persist = ["--persist-to", options["persist-to"]];
@@ -43,7 +52,8 @@ process.env.WRANGLER_SEND_METRICS ??= "false";
 process.env.CLOUDFLARE_CF_FETCH_ENABLED ??= "false";
 
 // An expression the ticker cannot run is an error now, not in a minute.
-const crons = unstable_readConfig({ config: "wrangler.toml" }).triggers?.crons ?? [];
+const config = unstable_readConfig({ config: "wrangler.toml" });
+const crons = config.triggers?.crons ?? [];
 for (const cron of crons) cronMatches(cron, new Date());
 
 if (!options["env-file"] && !existsSync(".dev.vars")) {
@@ -56,6 +66,27 @@ const migrations = spawnSync(WRANGLER, ["d1", "migrations", "apply", "DB", "--lo
 });
 if (migrations.status !== 0) process.exit(migrations.status ?? 1);
 
+const bindings = Object.fromEntries(
+  options.var.map((pair) => {
+    const [name, ...value] = pair.split(":");
+    return [name, { type: "plain_text", value: value.join(":"), hidden: true }];
+  }),
+);
+const store = options.store ?? config.vars?.STORE ?? "d1";
+if (store === "postgres") {
+  const cluster = spawnSync("sh", ["scripts/postgres.sh", "start"], { stdio: "inherit" });
+  if (cluster.status !== 0) process.exit(cluster.status ?? 1);
+  const url = spawnSync("sh", ["scripts/postgres.sh", "url"], { encoding: "utf8" }).stdout.trim();
+  createRequire(import.meta.url)("./hyperdrive-guard.cjs");
+  bindings.STORE = { type: "plain_text", value: "postgres" };
+  if (config.hyperdrive?.some((h) => h.binding === "HYPERDRIVE")) {
+    process.env.CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE ??= url;
+  } else {
+    bindings.HYPERDRIVE = { type: "hyperdrive", id: "local", localConnectionString: url };
+  }
+  console.log(`dev: effects commit in the local Postgres (${url.replace(/:[^:@/]*@/, ":…@")})`);
+}
+
 // The worker, as `wrangler dev` runs it, through wrangler's own API: the
 // CLI always attaches its DevTools proxy to the runtime, which turns every
 // log line and subrequest into DevTools messages. Under a burst that halves
@@ -64,13 +95,8 @@ if (migrations.status !== 0) process.exit(migrations.status ?? 1);
 const worker = await unstable_startWorker({
   config: "wrangler.toml",
   envFiles: options["env-file"] ? [options["env-file"]] : undefined,
-  // `--var NAME:VALUE`, as the CLI reads it (and hides it).
-  bindings: Object.fromEntries(
-    options.var.map((pair) => {
-      const [name, ...value] = pair.split(":");
-      return [name, { type: "plain_text", value: value.join(":"), hidden: true }];
-    }),
-  ),
+  // `--var NAME:VALUE`, as the CLI reads it (and hides it), and the store's.
+  bindings,
   sendMetrics: false,
   dev: {
     remote: false,

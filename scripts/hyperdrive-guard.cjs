@@ -1,35 +1,38 @@
 // Loaded into wrangler's (or a test's) Node process when effects commit in
-// Postgres (`node --require`). wrangler 4.86's local Hyperdrive proxy pipes
-// each connection from the worker to Postgres with no error handlers: a
-// database that is down (ECONNREFUSED), restarting (ECONNRESET), or a
-// request that ends while Postgres still sends (EPIPE) throws, and ends the
-// whole local runtime. Here each socket the proxy makes or accepts gets an
-// error handler that closes its pair, so the worker sees its connection
-// close at once and answers 503. Fixed upstream in wrangler 4.87
-// (workers-sdk #13390), which needs Node 22.
+// Postgres. wrangler 4.86's local Hyperdrive proxy pipes each connection
+// from the worker to Postgres with no error handlers: a database that is
+// down (ECONNREFUSED), restarting (ECONNRESET), or a request that ends while
+// Postgres still sends (EPIPE) throws, and ends the whole local runtime.
+// Here each pair of sockets the proxy makes (an accepted one, and the one
+// its handler opens to Postgres at once) gets an error handler that closes
+// both, so the worker sees its connection close and answers 503. No other
+// socket is touched. Fixed upstream in wrangler 4.87 (workers-sdk #13390),
+// which needs Node 22.
 "use strict";
 const net = require("node:net");
 
 let noted = 0;
-let accepting = null;
-const closeBoth = (socket) => (error) => {
-  if (noted++ < 3) console.error(`[hyperdrive-guard] local Hyperdrive proxy socket: ${error.code ?? error.message}`);
-  socket.destroy();
-  socket.peer?.destroy();
-};
+let accepted = null;
+let opened = null;
 
-// The proxy connects to Postgres from inside its connection handler.
 const connect = net.connect;
 net.connect = net.createConnection = function (...args) {
   const socket = connect.apply(this, args);
-  socket.on("error", closeBoth(socket));
-  if (accepting) {
-    socket.peer = accepting;
-    accepting.peer = socket;
-    socket.on("close", () => socket.peer.destroy());
-  }
+  if (accepted) opened = socket;
   return socket;
 };
+
+/** Closes both sockets of a proxied pair on an error of either. */
+function guard(client, database) {
+  const close = (error) => {
+    if (noted++ < 3) console.error(`[hyperdrive-guard] the local Hyperdrive proxy's connection: ${error.code ?? error.message}`);
+    client.destroy();
+    database.destroy();
+  };
+  client.on("error", close);
+  database.on("error", close);
+  database.on("close", () => client.destroy());
+}
 
 const createServer = net.createServer;
 net.createServer = function (...args) {
@@ -37,12 +40,14 @@ net.createServer = function (...args) {
   if (!handler) return createServer.apply(this, args);
   const rest = args.filter((arg) => arg !== handler);
   return createServer.call(this, ...rest, (socket) => {
-    socket.on("error", closeBoth(socket));
-    accepting = socket;
+    accepted = socket;
+    opened = null;
     try {
       return handler(socket);
     } finally {
-      accepting = null;
+      if (opened) guard(socket, opened);
+      accepted = null;
+      opened = null;
     }
   });
 };

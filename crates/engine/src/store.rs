@@ -3,6 +3,8 @@
 //! way the ledger row, the effect's writes and the outbox rows commit in
 //! one transaction; an effect is written once and runs on both.
 
+use std::borrow::Cow;
+
 use worker::Env;
 
 use crate::config::Store;
@@ -39,9 +41,12 @@ pub(crate) async fn apply(
 ) -> Result<Applied, NotApplied> {
     let failed = |e: worker::Error| NotApplied::Failed(e.to_string());
     match store {
-        Store::D1 => ledger::apply(&Db::from_env(env).map_err(failed)?, event, batch)
-            .await
-            .map_err(failed),
+        Store::D1 => {
+            let batch = without_row_locks(batch);
+            ledger::apply(&Db::from_env(env).map_err(failed)?, event, &batch)
+                .await
+                .map_err(failed)
+        }
         #[cfg(feature = "postgres")]
         Store::Postgres => {
             use crate::postgres::PgError;
@@ -58,6 +63,24 @@ pub(crate) async fn apply(
     }
 }
 
+/// A write `SELECT … FOR UPDATE` locks a row another event's transaction
+/// may write (docs/postgres.md): Postgres runs it; D1, which runs each batch
+/// alone and knows no `FOR UPDATE`, needs no lock, so it is left out there.
+/// One effect, either store.
+fn without_row_locks(batch: &[Statement]) -> Cow<'_, [Statement]> {
+    if !batch.iter().any(is_row_lock) {
+        return Cow::Borrowed(batch);
+    }
+    Cow::Owned(batch.iter().filter(|s| !is_row_lock(s)).cloned().collect())
+}
+
+fn is_row_lock(statement: &Statement) -> bool {
+    let sql = statement.sql.trim().trim_end_matches(';').trim_end();
+    let starts = sql.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("select "));
+    let ends = sql.len() >= 10 && sql[sql.len() - 10..].eq_ignore_ascii_case("for update");
+    starts && ends
+}
+
 #[cfg(not(feature = "postgres"))]
 const NEEDS_FEATURE: &str = "STORE = \"postgres\" needs the cargo feature `postgres`";
 
@@ -66,7 +89,9 @@ const NEEDS_FEATURE: &str = "STORE = \"postgres\" needs the cargo feature `postg
 /// dismissal.
 pub(crate) async fn postgres_dismissed(env: &Env, event: &VerifiedEvent) -> worker::Result<bool> {
     #[cfg(feature = "postgres")]
-    return crate::postgres::dismissed(env, event).await.map_err(into_error);
+    return crate::postgres::dismissed(env, event)
+        .await
+        .map_err(into_error);
     #[cfg(not(feature = "postgres"))]
     return Err(refused(env, event));
 }
@@ -75,7 +100,9 @@ pub(crate) async fn postgres_dismissed(env: &Env, event: &VerifiedEvent) -> work
 /// handed off what an earlier attempt left.
 pub(crate) async fn postgres_handled(env: &Env, event: &VerifiedEvent) -> worker::Result<bool> {
     #[cfg(feature = "postgres")]
-    return crate::postgres::handled(env, event).await.map_err(into_error);
+    return crate::postgres::handled(env, event)
+        .await
+        .map_err(into_error);
     #[cfg(not(feature = "postgres"))]
     return Err(refused(env, event));
 }
@@ -83,7 +110,9 @@ pub(crate) async fn postgres_handled(env: &Env, event: &VerifiedEvent) -> worker
 /// Records an operator's dismissal of `event` in Postgres's ledger.
 pub(crate) async fn postgres_dismiss(env: &Env, event: &VerifiedEvent) -> worker::Result<Applied> {
     #[cfg(feature = "postgres")]
-    return crate::postgres::dismiss(env, event).await.map_err(into_error);
+    return crate::postgres::dismiss(env, event)
+        .await
+        .map_err(into_error);
     #[cfg(not(feature = "postgres"))]
     return Err(refused(env, event));
 }
@@ -96,4 +125,22 @@ fn into_error(error: crate::postgres::PgError) -> worker::Error {
 #[cfg(not(feature = "postgres"))]
 fn refused(_: &Env, _: &VerifiedEvent) -> worker::Error {
     NEEDS_FEATURE.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_lock_runs_on_postgres_and_is_left_out_of_a_d1_batch() {
+        let lock = Statement::new("SELECT balance FROM accounts WHERE id = ?1 FOR UPDATE", vec![]);
+        let lower = Statement::new("select 1 from accounts where id = ?1 for update;", vec![]);
+        let write = Statement::new("UPDATE accounts SET balance = balance + ?2 WHERE id = ?1", vec![]);
+        let read = Statement::new("SELECT 'FOR UPDATE' AS x WHERE 1 = 0", vec![]);
+        assert!(is_row_lock(&lock) && is_row_lock(&lower));
+        assert!(!is_row_lock(&write) && !is_row_lock(&read));
+        let batch = [lock, write.clone(), lower];
+        assert_eq!(without_row_locks(&batch).as_ref(), [write.clone()]);
+        assert!(matches!(without_row_locks(&[write]), Cow::Borrowed(_)));
+    }
 }
