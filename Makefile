@@ -107,8 +107,11 @@ fuzz: setup build
 # needs: everything
 ## 10,000 Stripe and GitHub deliveries under make dev's runner while the
 ## runtime is SIGKILLed 6 times; checks exactly-once. See RELIABILITY.md.
-soak: setup build
-	node soak/run.mjs 10000
+## STORE=postgres: effects in a local Postgres, restarted twice mid-run.
+soak: setup
+	if [ "$(STORE)" = postgres ]; then sh scripts/setup.sh --with-postgres; fi
+	$(if $(filter postgres,$(STORE)),WORKER_FEATURES=$(POSTGRES)) sh scripts/build.sh
+	$(if $(filter postgres,$(STORE)),WORKER_FEATURES=$(POSTGRES)) STORE=$(STORE) node soak/run.mjs 10000
 
 ## Deploy to your Cloudflare account (wrangler logs you in): creates the D1
 ## database (its id written into wrangler.toml), queues and secrets that do

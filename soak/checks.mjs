@@ -7,12 +7,13 @@ export function check(r) {
   const {
     persistTo, events, distinct, answered, firstSuccess, repeats, kills, unanswered, inboxStates, runtimeLog,
     stats, KILLS, drainKillMissed, sink, outbox, DELIVERIES, STORMS, STORM_COPIES, sendSeconds, settleSeconds,
-    forwardsTo,
+    forwardsTo, storeRows, postgres,
   } = r;
   const violations = [];
   const fail = (what) => violations.push(what);
 
-  const ledger = d1Query(persistTo, "SELECT source, event_id FROM processed_events");
+  // The store's ledger and effects: D1's, or Postgres's.
+  const ledger = storeRows("SELECT source, event_id FROM processed_events");
   const ledgerKeys = new Set(ledger.map((r) => `${r.source}:${r.event_id}`));
   const missing = events.filter((e) => !ledgerKeys.has(`${e.source}:${e.id}`));
   if (missing.length) fail(`${missing.length} events sent have no ledger row, e.g. ${missing[0].source}:${missing[0].id}`);
@@ -22,14 +23,14 @@ export function check(r) {
 
   const checkouts = events.filter((e) => e.source === "stripe");
   const stars = events.filter((e) => e.source === "github");
-  const orders = d1Query(persistTo, "SELECT checkout_session_id, status FROM orders");
+  const orders = storeRows("SELECT checkout_session_id, status FROM orders");
   const sessions = new Set(checkouts.map((e) => e.session));
   if (orders.length !== checkouts.length || orders.some((o) => !sessions.has(o.checkout_session_id) || o.status !== "paid"))
     fail(`${orders.length} paid orders for ${checkouts.length} checkouts`);
   const expectedStars = new Map();
   for (const e of stars) expectedStars.set(e.repo, (expectedStars.get(e.repo) ?? 0) + 1);
   let doubleEffects = 0;
-  const counted = new Map(d1Query(persistTo, "SELECT repo, stars FROM repo_stars").map((r) => [r.repo, r.stars]));
+  const counted = new Map(storeRows("SELECT repo, stars FROM repo_stars").map((r) => [r.repo, Number(r.stars)]));
   for (const repo of new Set([...expectedStars.keys(), ...counted.keys()])) {
     const [n, want] = [counted.get(repo) ?? 0, expectedStars.get(repo) ?? 0];
     if (n > want) doubleEffects += n - want;
@@ -74,6 +75,11 @@ export function check(r) {
   if (stats.refused.length) fail(`${stats.refused.length} deliveries refused, e.g. ${stats.refused[0]}`);
   if (kills.length < KILLS) fail(`${kills.length} kills, ${KILLS} planned`);
   if (drainKillMissed) fail("no call to the sink was in flight at the drain kill");
+  if (postgres) {
+    if (postgres.restarts.length < 2) fail(`${postgres.restarts.length} Postgres restarts, 2 planned`);
+    if (postgres.waiting) fail(`${postgres.waiting} rows never handed off from Postgres to D1`);
+    if (postgres.mirrored !== distinct) fail(`${postgres.mirrored} ledger rows copied to D1 for ${distinct} events`);
+  }
 
   const calls = sink.calls.length;
   const failedCalls = sink.calls.filter((c) => c.status === 500).length;
@@ -96,6 +102,9 @@ export function check(r) {
       "left received / pending / sending",
       `${inboxStates.size < events.length ? "unchecked" : stuck.received ?? 0} / ${outbox.pending ?? 0} / ${outbox.sending ?? 0}`,
     ],
+    ...(postgres
+      ? [["Postgres restarts (immediate) / rows left to hand off / ledger rows in D1", `${postgres.restarts.length} / ${postgres.waiting} / ${postgres.mirrored}`]]
+      : []),
     ["send phase", `${sendSeconds.toFixed(0)} s (${(stats.sent / sendSeconds).toFixed(0)} deliveries/s)`],
     ["time to settle after the last kill", `${settleSeconds.toFixed(0)} s`],
   ];

@@ -11,6 +11,12 @@
 //   node soak/run.mjs [deliveries] [seed] [kills] [settle minutes]
 //   (make soak: 10,000 deliveries, seed 1, 6 kills, 15 minutes to settle)
 //
+// With STORE=postgres (`make soak STORE=postgres`), the effects commit in a
+// local Postgres cluster of its own (.wrangler/soak/postgres, port 5435),
+// which is also restarted twice with `pg_ctl restart -m immediate` while
+// deliveries are sent; the ledger, orders and stars are counted there, and
+// no row may be left waiting for its hand-off to D1.
+//
 // Deliveries: 70 % distinct events (60 % Stripe checkouts, 40 % GitHub
 // stars over 20 repositories), 30 % duplicate copies — 20 storms of 50
 // concurrent copies, the rest single copies — in a random order, 16 units
@@ -31,13 +37,16 @@
 // - no inbox left `received` or `failed`, no `panicked` in the runtime's log.
 // Traffic goes to 127.0.0.1 only; the run is bounded by its count and by a
 // settle deadline. The runtime's output is kept in .wrangler/soak/runtime.log.
+import { execFile, execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
 
 import { check } from "./checks.mjs";
 import { d1Query, freePort, sleep, startDev, startSink, writeEnvFile } from "../tests/support/dev.mjs";
 import { prng } from "../tests/support/prng.mjs";
+import { pgRows } from "../tests/support/postgres.mjs";
 import { checkoutCompleted, githubHeaders, starEvent, stripeHeaders } from "../tests/support/sign.mjs";
 
 const DELIVERIES = Number(process.argv[2] ?? 10_000);
@@ -54,6 +63,8 @@ const IN_FLIGHT = 16;
 const STORM_COPIES = 50;
 const REPOS = 20;
 const SETTLE_MS = Number(process.argv[5] ?? 15) * 60_000;
+const POSTGRES = process.env.STORE === "postgres";
+const PG_RESTARTS = POSTGRES ? 2 : 0;
 
 // The plan (events, order, kill points) from one stream; when each kill
 // lands within its unit from another; the sink's failures from the key and
@@ -64,6 +75,10 @@ const jitter = prng(SEED ^ 0x5eed);
 const dir = join(".wrangler", "soak");
 const persistTo = join(dir, "state");
 const envFile = join(dir, "vars.env");
+const pgEnv = { PG_DIR: resolve(dir, "postgres"), PG_PORT: "5435", PG_DB: "soak" };
+const pgctl = (...args) => promisify(execFile)("sh", ["scripts/postgres.sh", ...args], { env: { ...process.env, ...pgEnv } });
+/** The store's rows: Postgres's, or D1's. */
+const storeRows = (sql) => (POSTGRES ? pgRows(pgEnv, sql) : d1Query(persistTo, sql));
 
 // --- the events and the order they are delivered in ---------------------
 
@@ -89,6 +104,8 @@ for (let i = units.length - 1; i > 0; i--) {
 const killAt = Array.from({ length: Math.max(KILLS - 1, 0) }, () => Math.floor(units.length * (0.05 + 0.9 * rand()))).sort(
   (a, b) => a - b,
 );
+const pgRestartAt = Array.from({ length: PG_RESTARTS }, () => Math.floor(units.length * (0.1 + 0.8 * rand()))).sort((a, b) => a - b);
+const pgRestarts = [];
 
 function signed(event) {
   const headers =
@@ -122,6 +139,7 @@ sink.answer = (call) => {
 
 // --- the runtime ----------------------------------------------------------
 
+if (POSTGRES) execFileSync("sh", ["scripts/postgres.sh", "stop"], { env: { ...process.env, ...pgEnv } });
 rmSync(dir, { recursive: true, force: true });
 mkdirSync(dir, { recursive: true });
 writeEnvFile(envFile, {
@@ -151,7 +169,8 @@ writeEnvFile(envFile, {
 });
 const port = await freePort();
 const runtimeLog = [];
-let dev = await startDev({ port, persistTo, envFile });
+const store = POSTGRES ? { store: "postgres", env: pgEnv } : {};
+let dev = await startDev({ port, persistTo, envFile, ...store });
 let up = Promise.resolve(); // senders wait on it while the runtime restarts
 let crashing = false; // one kill at a time
 let drainKillMissed = false;
@@ -180,7 +199,7 @@ async function restart() {
     ...d1Query(persistTo, "SELECT delivery_id AS key FROM forwards WHERE status = 'sending'"),
   ];
   kills.push({ start, end: Date.now(), sending: new Set(sending.map((r) => r.key)) });
-  dev = await startDev({ port, persistTo, envFile });
+  dev = await startDev({ port, persistTo, envFile, ...store });
   restarted();
   crashing = false;
   const took = ((Date.now() - start) / 1000).toFixed(1);
@@ -220,6 +239,18 @@ const started = Date.now();
 let next = 0;
 async function sender() {
   for (;;) {
+    if (pgRestartAt.length > 0 && next >= pgRestartAt[0]) {
+      pgRestartAt.shift();
+      const at = stats.sent;
+      // Not awaited: the senders go on while Postgres is down.
+      pgctl("restart", "immediate").then(
+        () => {
+          pgRestarts.push(at);
+          console.log(`postgres restarted (immediate) after ${at} sends`);
+        },
+        (e) => console.error(`postgres restart failed: ${e.message}`),
+      );
+    }
     if (killAt.length > 0 && next >= killAt[0] && !crashing) {
       killAt.shift();
       crashing = true;
@@ -283,7 +314,8 @@ while (Date.now() - settleStart < SETTLE_MS) {
       lastReport = Date.now();
       console.log(`settling, ${((Date.now() - settleStart) / 1000).toFixed(0)} s: outbox ${JSON.stringify(outbox)}, forwards waiting ${backlog}`);
     }
-    if (!outbox.pending && !outbox.sending && backlog === 0) {
+    const handoffs = POSTGRES ? Number(pgRows(pgEnv, "SELECT count(*) AS n FROM webhook_outbox WHERE handed_off_at IS NULL")[0].n) : 0;
+    if (!outbox.pending && !outbox.sending && backlog === 0 && handoffs === 0) {
       await checkInboxes();
       // An inbox alarm may have added a row meanwhile: look again.
       if ([...inboxStates.values()].every((s) => s === "done")) {
@@ -315,6 +347,14 @@ async function checkInboxes() {
 await dev.stop();
 for (const chunk of dev.output) runtimeLog.push(chunk);
 await sink.close();
+const postgres = POSTGRES
+  ? {
+      restarts: pgRestarts,
+      waiting: Number(pgRows(pgEnv, "SELECT count(*) AS n FROM webhook_outbox WHERE handed_off_at IS NULL")[0].n),
+      mirrored: d1Query(persistTo, "SELECT count(*) AS n FROM processed_events")[0].n,
+    }
+  : undefined;
+if (POSTGRES) await pgctl("stop");
 writeFileSync(join(dir, "runtime.log"), runtimeLog.join(""));
 
 // --- checks ---------------------------------------------------------------
@@ -322,9 +362,9 @@ writeFileSync(join(dir, "runtime.log"), runtimeLog.join(""));
 const { violations, table } = check({
   persistTo, events, distinct, answered, firstSuccess, repeats, kills, unanswered, inboxStates, runtimeLog,
   stats, KILLS, drainKillMissed, sink, outbox, DELIVERIES, STORMS, STORM_COPIES, sendSeconds, settleSeconds,
-  forwardsTo: FORWARDS_TO,
+  forwardsTo: FORWARDS_TO, storeRows, postgres,
 });
-console.log(`\ncrash soak, seed ${SEED}\n`);
+console.log(`\ncrash soak, seed ${SEED}${POSTGRES ? ", effects in Postgres" : ""}\n`);
 console.log("| measure | value |\n| --- | --- |");
 for (const [k, v] of table) console.log(`| ${k} | ${v} |`);
 if (violations.length) {

@@ -45,6 +45,22 @@ export function freshDatabase() {
   };
 }
 
+/**
+ * Rows of `sql` on the cluster `env` (PG_DIR, PG_PORT, PG_DB) as objects,
+ * values as text (psql's CSV; for the soak's ids and statuses, which hold
+ * no comma or quote).
+ */
+export function pgRows(env, sql) {
+  const out = execFileSync("sh", ["scripts/postgres.sh", "psql", "--csv", "-c", sql], {
+    env: { ...process.env, ...env },
+    encoding: "utf8",
+    maxBuffer: 256 * 1024 * 1024,
+  });
+  const [header, ...lines] = out.split("\n").filter((line) => line !== "");
+  const names = header.split(",");
+  return lines.map((line) => Object.fromEntries(line.split(",").map((value, i) => [names[i], value])));
+}
+
 /** The postgres build of the worker, its effects in `pg` (`STORE = "postgres"`). */
 export function startPostgresWorker(pg, vars = {}, options = {}) {
   return startWorker(

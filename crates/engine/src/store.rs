@@ -76,7 +76,9 @@ fn without_row_locks(batch: &[Statement]) -> Cow<'_, [Statement]> {
 
 fn is_row_lock(statement: &Statement) -> bool {
     let sql = statement.sql.trim().trim_end_matches(';').trim_end();
-    let starts = sql.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("select "));
+    let starts = sql
+        .get(..7)
+        .is_some_and(|s| s.eq_ignore_ascii_case("select "));
     let ends = sql.len() >= 10 && sql[sql.len() - 10..].eq_ignore_ascii_case("for update");
     starts && ends
 }
@@ -133,9 +135,15 @@ mod tests {
 
     #[test]
     fn a_row_lock_runs_on_postgres_and_is_left_out_of_a_d1_batch() {
-        let lock = Statement::new("SELECT balance FROM accounts WHERE id = ?1 FOR UPDATE", vec![]);
+        let lock = Statement::new(
+            "SELECT balance FROM accounts WHERE id = ?1 FOR UPDATE",
+            vec![],
+        );
         let lower = Statement::new("select 1 from accounts where id = ?1 for update;", vec![]);
-        let write = Statement::new("UPDATE accounts SET balance = balance + ?2 WHERE id = ?1", vec![]);
+        let write = Statement::new(
+            "UPDATE accounts SET balance = balance + ?2 WHERE id = ?1",
+            vec![],
+        );
         let read = Statement::new("SELECT 'FOR UPDATE' AS x WHERE 1 = 0", vec![]);
         assert!(is_row_lock(&lock) && is_row_lock(&lower));
         assert!(!is_row_lock(&write) && !is_row_lock(&read));
