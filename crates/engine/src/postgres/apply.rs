@@ -5,7 +5,7 @@
 //! (pipelined: should one statement fail, Postgres turns the `COMMIT` into
 //! a rollback, and nothing is left behind).
 
-use futures_util::future::{join, join3, join_all};
+use futures_util::future::{join, join3, join4, join_all};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Client;
 use worker::Env;
@@ -54,12 +54,21 @@ pub(crate) async fn dismiss(env: &Env, event: &VerifiedEvent) -> Result<Applied,
     transact(env, event, LEDGER_DISMISS, &[ledger::row(event, now_ms())]).await
 }
 
-/// Whether the ledger holds `event` as dismissed.
+/// Whether the ledger holds `event` as dismissed. Read in a transaction,
+/// as every read here: Hyperdrive's query cache must not answer it.
 pub(crate) async fn dismissed(env: &Env, event: &VerifiedEvent) -> Result<bool, PgError> {
     with_client(env, async |client: &Client| {
         let params: [(&(dyn ToSql + Sync), Type); 2] =
             [(&event.source, Type::TEXT), (&event.id, Type::TEXT)];
-        Ok(!client.query_typed(DISMISSED, &params).await?.is_empty())
+        let (begun, rows, committed) = join3(
+            client.batch_execute(super::BEGIN),
+            client.query_typed(DISMISSED, &params),
+            client.batch_execute("COMMIT"),
+        )
+        .await;
+        begun?;
+        committed?;
+        Ok(!rows?.is_empty())
     })
     .await
 }
@@ -68,7 +77,15 @@ pub(crate) async fn dismissed(env: &Env, event: &VerifiedEvent) -> Result<bool, 
 /// id); what an earlier attempt left to hand off is handed off.
 pub(crate) async fn handled(env: &Env, event: &VerifiedEvent) -> Result<bool, PgError> {
     with_client(env, async |client: &Client| {
-        let (holder, pending) = join(holder(client, event), pending(client, event)).await;
+        let (begun, holder, pending, committed) = join4(
+            client.batch_execute(super::BEGIN),
+            holder(client, event),
+            pending(client, event),
+            client.batch_execute("COMMIT"),
+        )
+        .await;
+        begun?;
+        committed?;
         let holder = holder?;
         if holder.as_deref() == Some(event.id.as_str()) {
             handoff::deliver(env, client, &handoff::read(pending?)).await?;
@@ -161,13 +178,14 @@ async fn commit(
     Ok(())
 }
 
-/// The ledger held the event, or its body under another id: rolls back, and
-/// says which; after an earlier attempt, hands off what it left.
+/// The ledger held the event, or its body under another id: says which
+/// (read before the rollback, within the transaction), and rolls back;
+/// after an earlier attempt, hands off what it left.
 async fn clashed(env: &Env, client: &Client, event: &VerifiedEvent) -> Result<Applied, PgError> {
-    let (rolled_back, holder, pending) = join3(
-        client.batch_execute("ROLLBACK"),
+    let (holder, pending, rolled_back) = join3(
         holder(client, event),
         pending(client, event),
+        client.batch_execute("ROLLBACK"),
     )
     .await;
     rolled_back?;
