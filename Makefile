@@ -15,7 +15,7 @@ MINIMAL := stripe,github
 # The build whose effects may commit in Postgres (docs/postgres.md).
 POSTGRES := stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,generic-hmac,admin,dashboard,postgres
 
-.PHONY: dev sink test setup setup-test build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench
+.PHONY: dev sink test setup setup-test build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
@@ -151,6 +151,14 @@ sizes: setup
 ## Throughput and latency against a local worker; see BENCHMARKS.md.
 bench: setup build
 	node bench/run.mjs
+
+# needs: everything
+## D1 and Postgres as the store, one after the other in one run: new events
+## acknowledged and fully processed per second, storm copies per second,
+## and Postgres's transactions and rows per event (BENCHMARKS.md).
+store-bench: setup build-postgres
+	sh scripts/setup.sh --with-postgres
+	node bench/stores.mjs
 
 # needs: everything
 ## Billable operations per distinct event, duplicate, side effect, forwarded

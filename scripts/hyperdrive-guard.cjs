@@ -31,7 +31,9 @@ function guard(client, database) {
   };
   client.on("error", close);
   database.on("error", close);
-  database.on("close", () => client.destroy());
+  // What Postgres said last (a FATAL on a shutdown, a refused password)
+  // still reaches the worker.
+  database.on("close", () => client.end());
 }
 
 const createServer = net.createServer;

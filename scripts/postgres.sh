@@ -19,7 +19,12 @@ PORT=${PG_PORT:-5433}
 DB=${PG_DB:-webhooks}
 ROLE=webhooks
 PASSWORD=webhooks
-BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+# The server of the cluster's own version, or the newest for a new one.
+if [ -f "$DIR/PG_VERSION" ] && [ -d "/usr/lib/postgresql/$(cat "$DIR/PG_VERSION")/bin" ]; then
+    BIN=/usr/lib/postgresql/$(cat "$DIR/PG_VERSION")/bin
+else
+    BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+fi
 if [ -z "$BIN" ]; then
     echo "postgres: no server: run scripts/setup.sh --with-postgres" >&2
     exit 1
@@ -38,11 +43,18 @@ psql_db() {
 start() {
     if [ ! -f "$DIR/PG_VERSION" ]; then
         mkdir -p "$DIR"
-        [ "$(id -u)" = 0 ] && chown postgres "$DIR"
+        if [ "$(id -u)" = 0 ]; then
+            chown postgres "$DIR"
+            if ! runuser -u postgres -- test -w "$DIR"; then
+                echo "postgres: the user postgres cannot reach $DIR (a parent directory closed to others?): set PG_DIR to a directory it can" >&2
+                exit 1
+            fi
+        fi
         pwfile=$(mktemp)
         echo "$PASSWORD" >"$pwfile"
         chmod 644 "$pwfile"
-        owner "$BIN/initdb" -D "$DIR" -U "$ROLE" --pwfile="$pwfile" -A scram-sha-256 >/dev/null
+        owner "$BIN/initdb" -D "$DIR" -U "$ROLE" --pwfile="$pwfile" -A scram-sha-256 \
+            -E UTF8 --locale=C.UTF-8 >/dev/null
         rm -f "$pwfile"
     fi
     if ! owner "$BIN/pg_ctl" -D "$DIR" status >/dev/null 2>&1; then
@@ -67,7 +79,13 @@ migrate() {
 }
 
 case "${1:-}" in
-start) start ;;
+start)
+    # One start at a time per cluster (two test runs, a test and make dev).
+    mkdir -p "$(dirname "$DIR")"
+    exec 9>"$DIR.lock"
+    flock 9
+    start
+    ;;
 stop) owner "$BIN/pg_ctl" -D "$DIR" -w -m fast stop >/dev/null 2>&1 || true ;;
 restart) owner "$BIN/pg_ctl" -D "$DIR" -w -m "${2:-fast}" restart -o "-p $PORT -k '' -c listen_addresses=127.0.0.1" >/dev/null ;;
 status) owner "$BIN/pg_ctl" -D "$DIR" status ;;

@@ -142,10 +142,11 @@ describe("postgres: failure is an answer", () => {
       const alive = await w.mf.dispatchFetch("http://localhost/");
       assert.equal(alive.status, 200);
       await alive.arrayBuffer();
-      // A copy meanwhile: held, so a copy (or one more try, also refused).
+      // The sender's retry meanwhile is told to come back too, not "done".
       const copy = await sendStripe(checkoutCompleted({ id, session }));
-      assert.ok([200, 503].includes(copy.status), `${copy.status}`);
-      assert.ok(["duplicate", "accepted"].includes(copy.body.outcome), copy.body.outcome);
+      assert.equal(copy.status, 503);
+      assert.equal(copy.body.store, "unavailable");
+      assert.ok(Number(copy.retryAfter) >= 1, copy.retryAfter);
     } finally {
       pg.start();
     }
@@ -198,7 +199,7 @@ describe("postgres: failure is an answer", () => {
       const reply = await bad.post("/webhooks/stripe", body, stripeHeaders(body, SECRETS.STRIPE_WEBHOOK_SECRET.split(",")[0]));
       assert.equal(reply.status, 503);
       assert.equal((await reply.json()).store, "unavailable");
-      assert.match(bad.logged("effect_failed").at(-1).error, /postgres unavailable: 28P01/);
+      assert.match(bad.logged("effect_failed").at(-1).error, /store unavailable: postgres: 28P01/);
     } finally {
       await bad.dispose();
     }
@@ -206,6 +207,23 @@ describe("postgres: failure is an answer", () => {
 });
 
 describe("postgres: the hand-off relay", () => {
+  test("a row D1 refuses counts a try and holds no other back", async () => {
+    const id = uniqueId("evt");
+    const good = JSON.stringify(["stripe", id, "invoice.created", 1, 2, null]);
+    pg.query(`INSERT INTO webhook_outbox (kind, key, source, event_id, params, created_at) VALUES
+      ('ledger', 'stripe:${id}_bad', 'stripe', '${id}_bad', '["too", "few"]', 0),
+      ('ledger', 'stripe:${id}_unreadable', 'stripe', '${id}_unreadable', '{}', 0),
+      ('ledger', 'stripe:${id}', 'stripe', '${id}', '${good}', 1)`);
+    await (await w.mf.getWorker("webhooks")).scheduled({ cron: "* * * * *" });
+    assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+    assert.deepEqual(pg.query(`SELECT key, tries, handed_off_at IS NULL FROM webhook_outbox WHERE event_id LIKE '${id}%' ORDER BY key`), [
+      [`stripe:${id}`, "0", "f"],
+      [`stripe:${id}_bad`, "1", "t"],
+      [`stripe:${id}_unreadable`, "1", "t"],
+    ]);
+    pg.query(`DELETE FROM webhook_outbox WHERE event_id LIKE '${id}_%'`);
+  });
+
   test("a row left by an attempt cut short is handed off by the cron, once", async () => {
     const id = uniqueId("evt");
     const params = JSON.stringify(["stripe", id, "invoice.created", 1, 2, null]);
@@ -245,6 +263,25 @@ describe("postgres: an operator's failed list and dismissal", () => {
     assert.ok((await ops.scalar("SELECT dismissed_at FROM failed_events WHERE event_id = ?", id)) > 0);
     assert.equal((await send(body)).outcome, "duplicate");
     assert.equal(orders(session).length, 0, "dismissed: never applied");
+  });
+
+  test("Postgres down past the retry budget: the event waits for it, never failed", async () => {
+    const id = uniqueId("evt");
+    const session = uniqueId("cs");
+    pg.stop();
+    try {
+      const body = checkoutCompleted({ id, session });
+      const reply = await ops.post("/webhooks/stripe", body, stripeHeaders(body, SECRETS.STRIPE_WEBHOOK_SECRET.split(",")[0]));
+      assert.equal(reply.status, 503);
+      await reply.arrayBuffer();
+      // EFFECT_MAX_ATTEMPTS is 1 here: a refused attempt would have failed it.
+      await eventually(async () => (await ops.inboxState(`stripe:${id}`)).effect_attempts >= 2, 10_000, "a retry");
+      assert.equal((await ops.inboxState(`stripe:${id}`)).state, "received");
+    } finally {
+      pg.start();
+    }
+    await eventually(() => ledgerRows(id) === 1, 20_000, "applied once Postgres is back");
+    assert.equal(orders(session).length, 1);
   });
 
   test("applied, but the last attempt's reply was lost: the report finds it in Postgres and lists nothing", async () => {

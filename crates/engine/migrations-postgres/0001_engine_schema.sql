@@ -25,7 +25,9 @@ CREATE UNIQUE INDEX IF NOT EXISTS processed_events_fence
 -- row, its side effects' rows, its deliveries), written in the event's
 -- transaction and handed off after the commit. params: the D1 row's
 -- values, a JSON array. handed_off_at: NULL until D1 has it; the cron relay
--- claims what is left with FOR UPDATE SKIP LOCKED.
+-- claims what is left with FOR UPDATE SKIP LOCKED. tries: how many times
+-- the relay could not hand it off (D1 refused it), so that such a row sinks
+-- behind the others.
 CREATE TABLE IF NOT EXISTS webhook_outbox (
     kind          TEXT   NOT NULL CHECK (kind IN ('ledger', 'outbox', 'forwards')),
     key           TEXT   NOT NULL,
@@ -34,6 +36,7 @@ CREATE TABLE IF NOT EXISTS webhook_outbox (
     params        TEXT   NOT NULL,
     created_at    BIGINT NOT NULL,
     handed_off_at BIGINT,
+    tries         INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (kind, key)
 );
 CREATE INDEX IF NOT EXISTS webhook_outbox_waiting

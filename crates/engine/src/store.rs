@@ -24,10 +24,21 @@ pub(crate) enum NotApplied {
     Failed(String),
 }
 
+/// How an unreachable store's failure begins, as the inbox keeps it.
+const UNAVAILABLE: &str = "store unavailable: ";
+
+/// Whether an inbox's last error says its store could not be reached.
+pub(crate) fn is_unavailable(last_error: &str) -> bool {
+    last_error.starts_with(UNAVAILABLE)
+}
+
 impl NotApplied {
-    pub(crate) fn message(&self) -> &str {
+    /// As the inbox keeps it (its last error): an unreachable store's
+    /// begins with [`UNAVAILABLE`].
+    pub(crate) fn message(&self) -> String {
         match self {
-            NotApplied::Unavailable(why) | NotApplied::Failed(why) => why,
+            NotApplied::Unavailable(why) => format!("{UNAVAILABLE}{why}"),
+            NotApplied::Failed(why) => why.clone(),
         }
     }
 }
@@ -79,7 +90,9 @@ fn is_row_lock(statement: &Statement) -> bool {
     let starts = sql
         .get(..7)
         .is_some_and(|s| s.eq_ignore_ascii_case("select "));
-    let ends = sql.len() >= 10 && sql[sql.len() - 10..].eq_ignore_ascii_case("for update");
+    let ends = sql
+        .get(sql.len().saturating_sub(10)..)
+        .is_some_and(|s| s.eq_ignore_ascii_case("for update"));
     starts && ends
 }
 
@@ -145,6 +158,8 @@ mod tests {
             vec![],
         );
         let read = Statement::new("SELECT 'FOR UPDATE' AS x WHERE 1 = 0", vec![]);
+        let accented = Statement::new("SELECT 1 FROM t WHERE name = 'ñandú ñandú'", vec![]);
+        assert!(!is_row_lock(&accented));
         assert!(is_row_lock(&lock) && is_row_lock(&lower));
         assert!(!is_row_lock(&write) && !is_row_lock(&read));
         let batch = [lock, write.clone(), lower];

@@ -180,15 +180,20 @@ impl Inbox {
         };
         let unavailable = matches!(error, NotApplied::Unavailable(_));
         let error = error.message();
-        let Some(failures) = self.store.record_failure(error)? else {
+        let Some(failures) = self.store.record_failure(&error)? else {
             // Not an attempt at a pending event (an operator's replay of a
             // finished one): nothing changed.
             return Err(format!("replay failed, the event is unchanged: {error}").into());
         };
-        let next = state::after_failure(failures, settings);
+        // A store that cannot be reached never spends the budget: the event
+        // waits for it, its retries a doubling delay apart, up to an hour.
+        let next = match unavailable {
+            true => AfterFailure::RetryIn(settings.backoff_ms(failures)),
+            false => state::after_failure(failures, settings),
+        };
         let key = event.key();
         let line = Line::new("effect_failed").key(&key).attempt(failures);
-        log::error(&line.last(next == AfterFailure::GiveUp).error(error));
+        log::error(&line.last(next == AfterFailure::GiveUp).error(&error));
         if let AfterFailure::RetryIn(delay_ms) = next {
             self.set_alarm_in(delay_ms).await?;
             return Ok(match unavailable {

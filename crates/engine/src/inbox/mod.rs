@@ -287,10 +287,33 @@ impl Inbox {
             Claim::Held(EventState::Failed) => self.reopen(settings).await?,
             Claim::Held(state) => {
                 self.ensure_alarm(&event, state, settings).await?;
-                Outcome::Duplicate.into()
+                match self.waiting_for_store(state).await? {
+                    Some(retry_after_s) => Answer {
+                        retry_after_s: Some(retry_after_s),
+                        ..Outcome::Accepted.into()
+                    },
+                    None => Outcome::Duplicate.into(),
+                }
             }
         };
         Response::from_json(&answer).map(Received::from)
+    }
+
+    /// For a held event whose last attempt could not reach its store: the
+    /// seconds until its alarm retries, so that a copy is told to come back
+    /// then (503), as the first delivery was, rather than that it is done.
+    async fn waiting_for_store(&self, state: EventState) -> Result<Option<i64>> {
+        if state != EventState::Received {
+            return Ok(None);
+        }
+        let row = self.store.load()?;
+        let last_error = row.as_ref().and_then(|row| row.last_error.as_deref());
+        if !last_error.is_some_and(crate::store::is_unavailable) {
+            return Ok(None);
+        }
+        let alarm = self.state.storage().get_alarm().await?;
+        let in_ms = alarm.map_or(0, |at| at - now_ms());
+        Ok(Some(((in_ms + 999) / 1_000).max(1)))
     }
 
     /// One more attempt at a failed event for a new copy of it.

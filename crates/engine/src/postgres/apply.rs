@@ -3,19 +3,23 @@
 //! back, the effect's writes and the hand-off rows, then `COMMIT`. Two
 //! round trips: `BEGIN` with the ledger row, then the rest with `COMMIT`
 //! (pipelined: should one statement fail, Postgres turns the `COMMIT` into
-//! a rollback, and nothing is left behind).
+//! a rollback, and nothing is left behind). What cannot be sent at all is
+//! refused before anything is.
+
+use std::cell::Cell;
 
 use futures_util::future::{join, join3, join4, join_all};
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Row as PgRow};
 use worker::Env;
 
 use super::handoff::{self, Row};
-use super::{sql, with_client, PgError};
+use super::{begin, sql, with_client, PgError};
 use crate::clock::now_ms;
 use crate::d1::Statement;
 use crate::event::VerifiedEvent;
 use crate::ledger::{self, Applied};
+use crate::log::{self, Line};
 
 /// The ledger row, in D1's column order (see `ledger::row`).
 const LEDGER_INSERT: &str = "INSERT INTO processed_events \
@@ -61,7 +65,7 @@ pub(crate) async fn dismissed(env: &Env, event: &VerifiedEvent) -> Result<bool, 
         let params: [(&(dyn ToSql + Sync), Type); 2] =
             [(&event.source, Type::TEXT), (&event.id, Type::TEXT)];
         let (begun, rows, committed) = join3(
-            client.batch_execute(super::BEGIN),
+            begin(client),
             client.query_typed(DISMISSED, &params),
             client.batch_execute("COMMIT"),
         )
@@ -78,7 +82,7 @@ pub(crate) async fn dismissed(env: &Env, event: &VerifiedEvent) -> Result<bool, 
 pub(crate) async fn handled(env: &Env, event: &VerifiedEvent) -> Result<bool, PgError> {
     with_client(env, async |client: &Client| {
         let (begun, holder, pending, committed) = join4(
-            client.batch_execute(super::BEGIN),
+            begin(client),
             holder(client, event),
             pending(client, event),
             client.batch_execute("COMMIT"),
@@ -88,7 +92,7 @@ pub(crate) async fn handled(env: &Env, event: &VerifiedEvent) -> Result<bool, Pg
         committed?;
         let holder = holder?;
         if holder.as_deref() == Some(event.id.as_str()) {
-            handoff::deliver(env, client, &handoff::read(pending?)).await?;
+            hand_off(env, client, event, &handoff::read(pending?)).await;
         }
         Ok(holder.is_some())
     })
@@ -96,6 +100,9 @@ pub(crate) async fn handled(env: &Env, event: &VerifiedEvent) -> Result<bool, Pg
 }
 
 /// `batch` in one transaction, its ledger row written by `ledger_sql`.
+/// Once `COMMIT` is acknowledged the effect is applied, whatever befalls
+/// the hand-off after it (it is done again by the next attempt, or the
+/// relay).
 async fn transact(
     env: &Env,
     event: &VerifiedEvent,
@@ -109,45 +116,66 @@ async fn transact(
         .iter()
         .filter(|s| Row::of(event, s).is_none())
         .collect();
+    if let Some(write) = writes.iter().find(|s| !sql::sendable(s.sql, &s.params)) {
+        let why = format!("a statement Postgres cannot be sent: {:.60}", write.sql);
+        return Err(PgError::Refused(why));
+    }
     let rows: Vec<Row> = batch.iter().filter_map(|s| Row::of(event, s)).collect();
-    with_client(env, async |client: &Client| {
+    let committed = Cell::new(false);
+    let done = with_client(env, async |client: &Client| {
+        let ledger_params = sql::params(&ledger.params);
         let (begun, inserted) = join(
-            client.batch_execute(super::BEGIN),
-            client.query_typed(ledger_sql, &sql::typed(&ledger.params)),
+            begin(client),
+            client.query_typed(ledger_sql, &sql::typed(&ledger_params)),
         )
         .await;
         begun?;
         if inserted?.is_empty() {
             return clashed(env, client, event).await;
         }
-        commit(client, event, &writes, &rows).await?;
-        handoff::deliver(env, client, &rows).await?;
+        let written = commit(client, event, &writes, &rows).await?;
+        committed.set(true);
+        hand_off(env, client, event, &written).await;
         Ok(Applied::Now)
     })
-    .await
+    .await;
+    match done {
+        Err(e) if committed.get() => {
+            log::error(
+                &Line::new("handoff_failed")
+                    .key(&event.key())
+                    .error(e.message()),
+            );
+            Ok(Applied::Now)
+        }
+        done => done,
+    }
 }
 
 /// The writes and the hand-off rows, then `COMMIT`, in one round trip.
+/// Returns the hand-off rows written: not one whose key another event's
+/// row holds already (an outbox row keyed by a business object).
 async fn commit(
     client: &Client,
     event: &VerifiedEvent,
     writes: &[&Statement],
     rows: &[Row],
-) -> Result<(), PgError> {
+) -> Result<Vec<Row>, PgError> {
     let texts: Vec<String> = writes.iter().map(|s| sql::numbered(s.sql)).collect();
-    let params: Vec<_> = writes.iter().map(|s| sql::typed(&s.params)).collect();
+    let params: Vec<_> = writes.iter().map(|s| sql::params(&s.params)).collect();
+    let typed: Vec<_> = params.iter().map(|p| sql::typed(p)).collect();
     let now = now_ms();
     let encoded: Vec<String> = rows
         .iter()
         .map(|row| handoff::encode(&row.params))
         .collect();
     let kinds: Vec<&str> = rows.iter().map(|row| row.kind.name()).collect();
-    let row_params: Vec<[(&(dyn tokio_postgres::types::ToSql + Sync), Type); 6]> = rows
+    let row_params: Vec<[(&(dyn ToSql + Sync), Type); 6]> = rows
         .iter()
         .zip(&encoded)
         .zip(&kinds)
         .map(
-            |((row, params), kind)| -> [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 6] {
+            |((row, params), kind)| -> [(&(dyn ToSql + Sync), Type); 6] {
                 [
                     (kind, Type::TEXT),
                     (&row.key, Type::TEXT),
@@ -159,23 +187,32 @@ async fn commit(
             },
         )
         .collect();
-    let statements = texts
+    let written = texts
         .iter()
-        .zip(&params)
-        .map(|(text, params)| client.execute_typed(text, params))
-        .chain(
-            row_params
-                .iter()
-                .map(|params| client.execute_typed(handoff::INSERT, params)),
-        );
-    let (written, committed) = join(join_all(statements), client.batch_execute("COMMIT")).await;
+        .zip(&typed)
+        .map(|(text, params)| client.execute_typed(text, params));
+    let inserted = row_params
+        .iter()
+        .map(|params| client.query_typed(handoff::INSERT, params));
+    let (written, inserted, committed) = join3(
+        join_all(written),
+        join_all(inserted),
+        client.batch_execute("COMMIT"),
+    )
+    .await;
     // The first refusal is the cause; those after it only say the
     // transaction was aborted. Postgres answered the COMMIT with a rollback.
     if let Some(Err(e)) = written.into_iter().find(Result::is_err) {
         return Err(e.into());
     }
+    let inserted = inserted.into_iter().collect::<Result<Vec<_>, _>>()?;
     committed?;
-    Ok(())
+    Ok(rows
+        .iter()
+        .zip(inserted)
+        .filter(|(_, returned)| !returned.is_empty())
+        .map(|(row, _)| row.clone())
+        .collect())
 }
 
 /// The ledger held the event, or its body under another id: says which
@@ -191,13 +228,24 @@ async fn clashed(env: &Env, client: &Client, event: &VerifiedEvent) -> Result<Ap
     rolled_back?;
     match holder? {
         Some(id) if id == event.id => {
-            handoff::deliver(env, client, &handoff::read(pending?)).await?;
+            hand_off(env, client, event, &handoff::read(pending?)).await;
             Ok(Applied::Earlier)
         }
         Some(id) => Ok(Applied::Replayed { of: id }),
         None => Err(PgError::Refused(
             "the ledger reported a clash but holds no matching row".into(),
         )),
+    }
+}
+
+/// The hand-off after a commit: its failure is logged, never the event's.
+async fn hand_off(env: &Env, client: &Client, event: &VerifiedEvent, rows: &[Row]) {
+    if let Err(e) = handoff::deliver(env, client, rows).await {
+        log::error(
+            &Line::new("handoff_failed")
+                .key(&event.key())
+                .error(e.message()),
+        );
     }
 }
 
@@ -210,14 +258,14 @@ async fn holder(client: &Client, event: &VerifiedEvent) -> Result<Option<String>
         (&event.fence, Type::TEXT),
     ];
     let rows = client.query_typed(HOLDER, &params).await?;
-    Ok(rows.first().map(|row| row.get(0)))
+    Ok(match rows.first() {
+        Some(row) => Some(row.try_get(0)?),
+        None => None,
+    })
 }
 
 /// The event's rows not yet handed off.
-async fn pending(
-    client: &Client,
-    event: &VerifiedEvent,
-) -> Result<Vec<tokio_postgres::Row>, PgError> {
+async fn pending(client: &Client, event: &VerifiedEvent) -> Result<Vec<PgRow>, PgError> {
     let params: [(&(dyn ToSql + Sync), Type); 2] =
         [(&event.source, Type::TEXT), (&event.id, Type::TEXT)];
     Ok(client.query_typed(handoff::PENDING, &params).await?)

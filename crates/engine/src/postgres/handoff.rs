@@ -7,13 +7,13 @@
 //! event's next attempt, or by the cron relay, which claims what is left
 //! with `FOR UPDATE SKIP LOCKED` so that two runs never hold one row.
 
-use futures_util::future::join;
+use futures_util::future::{join, join3, join_all};
 use serde_json::Value as Json;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Client;
 use worker::Env;
 
-use super::{with_client, PgError};
+use super::{begin, with_client, PgError};
 use crate::clock::now_ms;
 use crate::config::Store;
 use crate::d1::{Db, Statement, Value};
@@ -100,18 +100,22 @@ impl Row {
 /// outbox row keyed by a business object another event wrote).
 pub(super) const INSERT: &str = "INSERT INTO webhook_outbox \
      (kind, key, source, event_id, params, created_at) VALUES ($1, $2, $3, $4, $5, $6) \
-     ON CONFLICT (kind, key) DO NOTHING";
+     ON CONFLICT (kind, key) DO NOTHING RETURNING key";
 
 /// The rows of one event not yet handed off (after a clash with an
 /// earlier attempt, whose hand-off may have been cut short).
 pub(super) const PENDING: &str = "SELECT kind, key, params FROM webhook_outbox \
      WHERE source = $1 AND event_id = $2 AND handed_off_at IS NULL";
 
-/// The relay's claim: rows past the grace period, oldest first, skipping
-/// any another run (or an event's attempt) holds.
+/// The relay's claim: rows past the grace period, the fewest failed tries
+/// first, then the oldest, skipping any another run (or an event's attempt)
+/// holds. A row D1 keeps refusing sinks behind the others.
 const CLAIM_DUE: &str = "SELECT kind, key, params FROM webhook_outbox \
      WHERE handed_off_at IS NULL AND created_at <= $1 \
-     ORDER BY created_at LIMIT 100 FOR UPDATE SKIP LOCKED";
+     ORDER BY tries, created_at LIMIT 100 FOR UPDATE SKIP LOCKED";
+
+/// A row the relay could not hand off (D1 refused it, or it is unreadable).
+const TRIED: &str = "UPDATE webhook_outbox SET tries = tries + 1 WHERE kind = $1 AND key = $2";
 
 const MARK: &str = "UPDATE webhook_outbox SET handed_off_at = $1 \
      WHERE handed_off_at IS NULL AND (kind, key) IN (SELECT * FROM unnest($2::text[], $3::text[]))";
@@ -146,19 +150,29 @@ fn decode(text: &str) -> Option<Vec<Value>> {
 }
 
 /// Reads rows selected as `kind, key, params`; an unreadable one is logged
-/// and left (it is never marked, so it stays visible).
+/// and left out (never marked, so it stays visible).
 pub(super) fn read(rows: Vec<tokio_postgres::Row>) -> Vec<Row> {
-    rows.into_iter()
-        .filter_map(|row| {
-            let (kind, key, params): (String, String, String) =
-                (row.get(0), row.get(1), row.get(2));
-            let read = Kind::named(&kind).zip(decode(&params));
-            if read.is_none() {
+    read_all(rows).0
+}
+
+/// The rows read, and the `(kind, key)` of each unreadable one.
+fn read_all(rows: Vec<tokio_postgres::Row>) -> (Vec<Row>, Vec<(String, String)>) {
+    let (mut read, mut unreadable) = (Vec::new(), Vec::new());
+    for row in rows {
+        let got = (row.try_get(0), row.try_get(1), row.try_get(2));
+        let (Ok(kind), Ok(key), Ok(params)) = got else {
+            continue;
+        };
+        let (kind, key, params): (String, String, String) = (kind, key, params);
+        match Kind::named(&kind).zip(decode(&params)) {
+            Some((kind, params)) => read.push(Row { kind, key, params }),
+            None => {
                 log::error(&Line::new("handoff_unreadable").detail(format!("{kind} {key}")));
+                unreadable.push((kind, key));
             }
-            read.map(|(kind, params)| Row { kind, key, params })
-        })
-        .collect()
+        }
+    }
+    (read, unreadable)
 }
 
 /// Copies `rows` to D1, then marks them handed off. D1 refusing is logged
@@ -209,33 +223,54 @@ pub(crate) async fn run(env: &Env, settings: &Settings) {
 
 /// The cron relay: hands off up to 100 rows left past `grace_ms` (an
 /// attempt cut short between its commit and its hand-off), in one
-/// transaction that holds them with `FOR UPDATE SKIP LOCKED`. Returns how
-/// many it handed off.
+/// transaction that holds them with `FOR UPDATE SKIP LOCKED`. Should D1
+/// refuse the batch, each row goes on its own, and one it refuses (or one
+/// unreadable) counts a try, so that it cannot hold the others back.
+/// Returns how many it handed off.
 async fn relay(env: &Env, grace_ms: i64) -> Result<usize, PgError> {
     let due = now_ms() - grace_ms;
     with_client(env, async |client: &Client| {
         let (begun, claimed) = join(
-            client.batch_execute(super::BEGIN),
+            begin(client),
             client.query_typed(CLAIM_DUE, &[(&due, Type::INT8)]),
         )
         .await;
         begun?;
-        let rows = read(claimed?);
+        let (rows, mut refused) = read_all(claimed?);
+        let db = Db::from_env(env)?;
         let statements: Vec<Statement> = rows.iter().map(Row::d1).collect();
-        let copied = if rows.is_empty() {
-            Ok(())
-        } else {
-            Db::from_env(env)?.batch(&statements).await
-        };
-        if let Err(e) = copied {
-            client.batch_execute("ROLLBACK").await?;
-            log::error(&Line::new("handoff_relay_failed").error(e));
-            return Ok(0);
+        let mut copied = rows.clone();
+        if !rows.is_empty() {
+            if let Err(e) = db.batch(&statements).await {
+                log::error(&Line::new("handoff_relay_failed").error(e));
+                copied.clear();
+                for (row, statement) in rows.iter().zip(&statements) {
+                    match db.batch(std::slice::from_ref(statement)).await {
+                        Ok(()) => copied.push(row.clone()),
+                        Err(_) => refused.push((row.kind.name().to_string(), row.key.clone())),
+                    }
+                }
+            }
         }
-        let (marked, committed) = join(mark(client, &rows), client.batch_execute("COMMIT")).await;
+        let tried_params: Vec<[(&(dyn ToSql + Sync), Type); 2]> = refused
+            .iter()
+            .map(|(kind, key)| -> [(&(dyn ToSql + Sync), Type); 2] {
+                [(kind, Type::TEXT), (key, Type::TEXT)]
+            })
+            .collect();
+        let tried = tried_params
+            .iter()
+            .map(|params| client.execute_typed(TRIED, params));
+        let (marked, tried, committed) = join3(
+            mark(client, &copied),
+            join_all(tried),
+            client.batch_execute("COMMIT"),
+        )
+        .await;
         marked?;
+        tried.into_iter().collect::<Result<Vec<_>, _>>()?;
         committed?;
-        Ok(rows.len())
+        Ok(copied.len())
     })
     .await
 }

@@ -19,7 +19,7 @@ mod sql;
 use std::pin::pin;
 use std::time::Duration;
 
-use futures_util::future::{select, Either};
+use futures_util::future::{join3, select, Either};
 use tokio_postgres::{config::SslMode, Client, Config, NoTls};
 use worker::{Delay, Env};
 
@@ -37,8 +37,17 @@ const DEADLINE: Duration = Duration::from_millis(5_000);
 /// deadline (a lock held elsewhere, a slow disk), and which it rolls back
 /// should this side go quiet mid-way (a runtime killed between round
 /// trips), so that an abandoned transaction never holds a ledger key.
-pub(crate) const BEGIN: &str = "BEGIN; SET LOCAL statement_timeout = 4000; \
-     SET LOCAL idle_in_transaction_session_timeout = 10000";
+/// `BEGIN` on its own, so that nothing can run outside the transaction;
+/// each limit after it in the same pipeline (a refused one aborts it).
+pub(crate) async fn begin(client: &Client) -> Result<(), tokio_postgres::Error> {
+    let (begun, statement, idle) = join3(
+        client.batch_execute("BEGIN"),
+        client.batch_execute("SET LOCAL statement_timeout = 4000"),
+        client.batch_execute("SET LOCAL idle_in_transaction_session_timeout = 10000"),
+    )
+    .await;
+    begun.and(statement).and(idle)
+}
 
 /// Why a unit of work did not complete.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +64,7 @@ pub(crate) enum PgError {
 impl PgError {
     pub(crate) fn message(&self) -> String {
         match self {
-            PgError::Unavailable(why) => format!("postgres unavailable: {why}"),
+            PgError::Unavailable(why) => format!("postgres: {why}"),
             PgError::Refused(why) => format!("postgres refused: {why}"),
         }
     }

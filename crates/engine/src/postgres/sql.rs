@@ -3,7 +3,8 @@
 //! one-shot typed query (one round trip, no prepared statement: Hyperdrive
 //! runs them without pinning a connection).
 
-use tokio_postgres::types::{ToSql, Type};
+use bytes::BytesMut;
+use tokio_postgres::types::{to_sql_checked, Format, IsNull, ToSql, Type};
 
 use crate::d1::Value;
 
@@ -29,23 +30,58 @@ pub(crate) fn numbered(sql: &str) -> String {
     out
 }
 
-/// A NULL of a type Postgres infers from where it is used.
-static NULL: Option<String> = None;
+/// A value sent as text, its type left to Postgres to infer from where it
+/// is used, as libpq sends them: the same statement binds an integer to a
+/// `bigint` or a `text` column, and a string to a `timestamptz`, as it does
+/// on D1.
+#[derive(Debug)]
+pub(crate) struct Param<'a>(&'a Value);
 
-/// Each value with the type it is sent as: text, bigint, double, or a NULL
-/// whose type Postgres infers (`unknown`).
-pub(crate) fn typed(params: &[Value]) -> Vec<(&(dyn ToSql + Sync), Type)> {
+impl ToSql for Param<'_> {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self.0 {
+            Value::Null => return Ok(IsNull::Yes),
+            Value::Text(text) => out.extend_from_slice(text.as_bytes()),
+            Value::Int(n) => out.extend_from_slice(n.to_string().as_bytes()),
+            // The shortest text that reads back as the same double.
+            Value::Real(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        }
+        Ok(IsNull::No)
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    fn encode_format(&self, _: &Type) -> Format {
+        Format::Text
+    }
+
+    to_sql_checked!();
+}
+
+/// `values` as parameters.
+pub(crate) fn params(values: &[Value]) -> Vec<Param<'_>> {
+    values.iter().map(Param).collect()
+}
+
+/// The parameters as a typed query takes them, each of type `unknown`.
+pub(crate) fn typed<'a>(params: &'a [Param<'a>]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
     params
         .iter()
-        .map(|value| -> (&(dyn ToSql + Sync), Type) {
-            match value {
-                Value::Text(text) => (text, Type::TEXT),
-                Value::Int(n) => (n, Type::INT8),
-                Value::Real(n) => (n, Type::FLOAT8),
-                Value::Null => (&NULL, Type::UNKNOWN),
-            }
-        })
+        .map(|param| (param as &(dyn ToSql + Sync), Type::UNKNOWN))
         .collect()
+}
+
+/// What Postgres cannot be sent at all (the client refuses it before the
+/// server sees it, and a pipelined `COMMIT` would commit the rest without
+/// it): checked before the transaction's writes go.
+pub(crate) fn sendable(sql: &str, values: &[Value]) -> bool {
+    !sql.contains('\0') && values.len() <= i16::MAX as usize
 }
 
 #[cfg(test)]
@@ -64,14 +100,29 @@ mod tests {
     }
 
     #[test]
-    fn each_value_goes_with_its_type() {
+    fn each_value_goes_as_text_of_an_inferred_type() {
         let values = [
-            Value::Text("a".into()),
-            Value::Int(1),
-            Value::Real(0.5),
+            Value::Text("a'b".into()),
+            Value::Int(-9_007_199_254_740_993),
+            Value::Real(0.1),
             Value::Null,
         ];
-        let types: Vec<Type> = typed(&values).into_iter().map(|(_, t)| t).collect();
-        assert_eq!(types, [Type::TEXT, Type::INT8, Type::FLOAT8, Type::UNKNOWN]);
+        let mut texts = Vec::new();
+        for param in params(&values) {
+            let mut out = BytesMut::new();
+            let null = param.to_sql(&Type::UNKNOWN, &mut out).unwrap();
+            assert!(matches!(param.encode_format(&Type::INT8), Format::Text));
+            texts
+                .push(matches!(null, IsNull::No).then(|| String::from_utf8(out.to_vec()).unwrap()));
+        }
+        let texts: Vec<Option<&str>> = texts.iter().map(Option::as_deref).collect();
+        assert_eq!(
+            texts,
+            [Some("a'b"), Some("-9007199254740993"), Some("0.1"), None]
+        );
+        let params = params(&values);
+        assert!(typed(&params).iter().all(|(_, ty)| *ty == Type::UNKNOWN));
+        assert!(sendable("SELECT ?1", &values));
+        assert!(!sendable("SELECT '\0'", &values));
     }
 }
