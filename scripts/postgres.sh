@@ -58,7 +58,8 @@ start() {
         rm -f "$pwfile"
     fi
     if ! owner "$BIN/pg_ctl" -D "$DIR" status >/dev/null 2>&1; then
-        owner "$BIN/pg_ctl" -D "$DIR" -l "$DIR/server.log" -w -o "-p $PORT -k '' -c listen_addresses=127.0.0.1" start >/dev/null
+        # Not with the lock: the server would hold it as long as it runs.
+        owner "$BIN/pg_ctl" -D "$DIR" -l "$DIR/server.log" -w -o "-p $PORT -k '' -c listen_addresses=127.0.0.1" start >/dev/null 9>&-
     fi
     if ! PGPASSWORD=$PASSWORD psql -X -tA -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d postgres \
         -c "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1; then
