@@ -15,11 +15,16 @@ use crate::ledger::{self, Applied};
 /// Why an effect did not commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum NotApplied {
-    /// The store could not be reached or would not serve: the sender is
-    /// asked to come back (503 with `Retry-After`); the alarm retries.
+    /// The store could not be reached or would not serve (down, restarting,
+    /// refusing the password): the sender is asked to come back (503 with
+    /// `Retry-After`), and the event waits for it, spending no attempt.
     /// Only Postgres tells this apart: D1 is the runtime's own.
     #[cfg_attr(not(feature = "postgres"), expect(dead_code))]
-    Unavailable(String),
+    Unreachable(String),
+    /// The store did not answer in time: a 503 too, but an attempt spent,
+    /// so that an effect always too slow ends listed as failed.
+    #[cfg_attr(not(feature = "postgres"), expect(dead_code))]
+    TooSlow(String),
     /// The store refused or failed the transaction; the alarm retries.
     Failed(String),
 }
@@ -37,7 +42,9 @@ impl NotApplied {
     /// begins with [`UNAVAILABLE`].
     pub(crate) fn message(&self) -> String {
         match self {
-            NotApplied::Unavailable(why) => format!("{UNAVAILABLE}{why}"),
+            NotApplied::Unreachable(why) | NotApplied::TooSlow(why) => {
+                format!("{UNAVAILABLE}{why}")
+            }
             NotApplied::Failed(why) => why.clone(),
         }
     }
@@ -64,7 +71,8 @@ pub(crate) async fn apply(
             crate::postgres::apply(env, event, batch)
                 .await
                 .map_err(|e| match e {
-                    PgError::Unavailable(_) => NotApplied::Unavailable(e.message()),
+                    PgError::Unavailable(_) => NotApplied::Unreachable(e.message()),
+                    PgError::Slow(_) => NotApplied::TooSlow(e.message()),
                     PgError::Refused(_) => NotApplied::Failed(e.message()),
                 })
         }

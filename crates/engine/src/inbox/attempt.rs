@@ -178,17 +178,19 @@ impl Inbox {
             }
             Err(error) => error,
         };
-        let unavailable = matches!(error, NotApplied::Unavailable(_));
+        let unavailable = !matches!(error, NotApplied::Failed(_));
+        let waits = matches!(error, NotApplied::Unreachable(_));
         let error = error.message();
-        let Some(failures) = self.store.record_failure(&error)? else {
+        let Some(failures) = self.store.record_failure(&error, !waits)? else {
             // Not an attempt at a pending event (an operator's replay of a
             // finished one): nothing changed.
             return Err(format!("replay failed, the event is unchanged: {error}").into());
         };
-        // A store that cannot be reached never spends the budget: the event
-        // waits for it, its retries a doubling delay apart, up to an hour.
-        let next = match unavailable {
-            true => AfterFailure::RetryIn(settings.backoff_ms(failures)),
+        // A store that cannot be reached spends no attempt: the event waits
+        // for it, retried after as long as it has waited so far (a doubling
+        // delay), up to an hour.
+        let next = match waits {
+            true => AfterFailure::RetryIn(state::waiting_ms(event.received_at, settings)),
             false => state::after_failure(failures, settings),
         };
         let key = event.key();

@@ -134,6 +134,14 @@ pub enum AfterFailure {
 
 /// After `failures` failed attempts so far: retry with backoff, or give up
 /// once `EFFECT_MAX_ATTEMPTS` have failed.
+/// The delay before the next try of an event waiting for its store: as
+/// long as it has waited since `received_at`, between the retry base and
+/// an hour.
+pub fn waiting_ms(received_at: i64, settings: &InboxSettings) -> i64 {
+    let waited = crate::clock::now_ms() - received_at;
+    waited.clamp(settings.retry_base_ms, 60 * 60 * 1000)
+}
+
 pub fn after_failure(failures: i64, settings: &InboxSettings) -> AfterFailure {
     if failures >= settings.max_attempts {
         AfterFailure::GiveUp

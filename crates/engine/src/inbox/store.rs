@@ -247,16 +247,21 @@ impl Store {
         row.as_deref().map(held).transpose()
     }
 
-    /// Counts a failed attempt at a `received` event; returns the failures
-    /// so far, read back from storage, not memory: the alarm and a delivery
-    /// may both have tried. `None` when the event is not `received` (a
-    /// replay of a finished event failed): nothing is counted.
-    pub fn record_failure(&self, error: &str) -> Result<Option<i64>> {
+    /// Records a failed attempt at a `received` event, counted unless it
+    /// only waited for a store that could not be reached; returns the
+    /// failures so far, read back from storage, not memory: the alarm and a
+    /// delivery may both have tried. `None` when the event is not
+    /// `received` (a replay of a finished event failed): nothing changes.
+    pub fn record_failure(&self, error: &str, counted: bool) -> Result<Option<i64>> {
         let row = self.tables.first(
-            "UPDATE event SET effect_attempts = effect_attempts + 1, last_error = ?
+            "UPDATE event SET effect_attempts = effect_attempts + ?, last_error = ?
              WHERE state = ?
              RETURNING effect_attempts",
-            vec![error.into(), EventState::Received.name().into()],
+            vec![
+                i64::from(counted).into(),
+                error.into(),
+                EventState::Received.name().into(),
+            ],
         )?;
         Ok(row.as_deref().and_then(|r| r.first()).and_then(integer))
     }

@@ -244,7 +244,13 @@ async fn relay(env: &Env, grace_ms: i64) -> Result<usize, PgError> {
             if let Err(e) = db.batch(&statements).await {
                 log::error(&Line::new("handoff_relay_failed").error(e));
                 copied.clear();
+                // Within half the unit's deadline, so that what it learned
+                // (which rows D1 takes, which it refuses) is kept.
+                let until = now_ms() + 2_500;
                 for (row, statement) in rows.iter().zip(&statements) {
+                    if now_ms() > until {
+                        break;
+                    }
                     match db.batch(std::slice::from_ref(statement)).await {
                         Ok(()) => copied.push(row.clone()),
                         Err(_) => refused.push((row.kind.name().to_string(), row.key.clone())),

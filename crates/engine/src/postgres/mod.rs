@@ -53,9 +53,12 @@ pub(crate) async fn begin(client: &Client) -> Result<(), tokio_postgres::Error> 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum PgError {
     /// Postgres could not be reached or would not serve: down, restarting,
-    /// refusing the password, out of connections, or slower than the
-    /// deadline. The sender is told to come back (503).
+    /// refusing the password, out of connections. The sender is told to
+    /// come back (503).
     Unavailable(String),
+    /// Postgres did not answer before the deadline, or stopped a statement
+    /// at its timeout (a lock held elsewhere). Also a 503.
+    Slow(String),
     /// Postgres refused a statement (an effect's SQL, a constraint). The
     /// transaction rolled back.
     Refused(String),
@@ -65,6 +68,7 @@ impl PgError {
     pub(crate) fn message(&self) -> String {
         match self {
             PgError::Unavailable(why) => format!("postgres: {why}"),
+            PgError::Slow(why) => format!("postgres too slow: {why}"),
             PgError::Refused(why) => format!("postgres refused: {why}"),
         }
     }
@@ -78,7 +82,9 @@ impl From<tokio_postgres::Error> for PgError {
         };
         let code = db.code().code();
         let why = format!("{code} {}", db.message());
-        if is_unavailable(code) {
+        if code == "57014" {
+            PgError::Slow(why)
+        } else if is_unavailable(code) {
             PgError::Unavailable(why)
         } else {
             PgError::Refused(why)
@@ -94,13 +100,12 @@ impl From<worker::Error> for PgError {
 
 /// SQLSTATE classes of a server that will not serve now, whatever the
 /// statement: connection (08), authorization (28), resources (53), an
-/// operator's or a crash's shutdown (57P), a statement slower than
-/// `BEGIN`'s timeout (57014), a missing database (3D000).
+/// operator's or a crash's shutdown (57P), a missing database (3D000).
 fn is_unavailable(code: &str) -> bool {
     ["08", "28", "53", "57P"]
         .iter()
         .any(|class| code.starts_with(class))
-        || ["57014", "3D000"].contains(&code)
+        || code == "3D000"
 }
 
 /// Runs `work` on a new connection to the database, polling the connection
@@ -112,7 +117,7 @@ pub(crate) async fn with_client<T>(
     let unit = pin!(connected(env, work));
     match select(unit, pin!(Delay::from(DEADLINE))).await {
         Either::Left((result, _)) => result,
-        Either::Right(_) => Err(PgError::Unavailable(format!(
+        Either::Right(_) => Err(PgError::Slow(format!(
             "no answer within {} ms",
             DEADLINE.as_millis()
         ))),
@@ -151,12 +156,10 @@ mod tests {
 
     #[test]
     fn a_server_that_will_not_serve_is_unavailable_a_refused_statement_is_not() {
-        for code in [
-            "08006", "28P01", "53300", "57P01", "57P03", "57014", "3D000",
-        ] {
+        for code in ["08006", "28P01", "53300", "57P01", "57P03", "3D000"] {
             assert!(is_unavailable(code), "{code}");
         }
-        for code in ["23505", "42P01", "22P02", "40001"] {
+        for code in ["23505", "42P01", "22P02", "40001", "57014"] {
             assert!(!is_unavailable(code), "{code}");
         }
     }

@@ -1,7 +1,8 @@
 //! The engine's statements as Postgres runs them: SQLite's `?1` becomes
-//! `$1`, and each value is sent with its type, so that every statement is a
-//! one-shot typed query (one round trip, no prepared statement: Hyperdrive
-//! runs them without pinning a connection).
+//! `$1`, and each value is sent as text of a type Postgres infers from
+//! where it is used, so that every statement is a one-shot query (one round
+//! trip, no prepared statement: Hyperdrive runs them without pinning a
+//! connection).
 
 use bytes::BytesMut;
 use tokio_postgres::types::{to_sql_checked, Format, IsNull, ToSql, Type};
