@@ -58,8 +58,10 @@ start() {
         rm -f "$pwfile"
     fi
     if ! owner "$BIN/pg_ctl" -D "$DIR" status >/dev/null 2>&1; then
-        # Not with the lock: the server would hold it as long as it runs.
-        owner "$BIN/pg_ctl" -D "$DIR" -l "$DIR/server.log" -w -o "-p $PORT -k '' -c listen_addresses=127.0.0.1" start >/dev/null 9>&-
+        # Not with the lock: the server would hold it as long as it runs. In
+        # a session of its own: stopping (or killing) whoever started it
+        # (make dev, a test) leaves it running.
+        owner setsid "$BIN/pg_ctl" -D "$DIR" -l "$DIR/server.log" -w -o "-p $PORT -k '' -c listen_addresses=127.0.0.1" start >/dev/null 9>&-
     fi
     if ! PGPASSWORD=$PASSWORD psql -X -tA -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d postgres \
         -c "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1; then
@@ -88,7 +90,7 @@ start)
     start
     ;;
 stop) owner "$BIN/pg_ctl" -D "$DIR" -w -m fast stop >/dev/null 2>&1 || true ;;
-restart) owner "$BIN/pg_ctl" -D "$DIR" -w -m "${2:-fast}" restart -o "-p $PORT -k '' -c listen_addresses=127.0.0.1" >/dev/null ;;
+restart) owner setsid "$BIN/pg_ctl" -D "$DIR" -w -m "${2:-fast}" restart -o "-p $PORT -k '' -c listen_addresses=127.0.0.1" >/dev/null ;;
 status) owner "$BIN/pg_ctl" -D "$DIR" status ;;
 url) url ;;
 psql) shift; psql_db "$@" ;;
