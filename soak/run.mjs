@@ -354,7 +354,6 @@ const postgres = POSTGRES
       mirrored: d1Query(persistTo, "SELECT count(*) AS n FROM processed_events")[0].n,
     }
   : undefined;
-if (POSTGRES) await pgctl("stop");
 writeFileSync(join(dir, "runtime.log"), runtimeLog.join(""));
 
 // --- checks ---------------------------------------------------------------
@@ -364,6 +363,7 @@ const { violations, table } = check({
   stats, KILLS, drainKillMissed, sink, outbox, DELIVERIES, STORMS, STORM_COPIES, sendSeconds, settleSeconds,
   forwardsTo: FORWARDS_TO, storeRows, postgres,
 });
+if (POSTGRES) await pgctl("stop");
 console.log(`\ncrash soak, seed ${SEED}${POSTGRES ? ", effects in Postgres" : ""}\n`);
 console.log("| measure | value |\n| --- | --- |");
 for (const [k, v] of table) console.log(`| ${k} | ${v} |`);
