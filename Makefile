@@ -11,7 +11,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export WRANGLER_LOG_PATH := $(CURDIR)/.wrangler/logs
 # A build with fewer providers (and neither admin surface), checked too.
 MINIMAL := stripe,github
-# needs: postgres
+# needs: postgres, d1
 # The build whose effects may commit in Postgres (docs/postgres.md).
 POSTGRES := stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,generic-hmac,admin,dashboard,postgres
 
@@ -19,8 +19,8 @@ POSTGRES := stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,g
 
 ## Serve the worker on http://localhost:8787 with local D1, Durable Objects
 ## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
-## relay ticking as deployed (scripts/dev.mjs). STORE=postgres: effects in a
-## local Postgres cluster, started under .wrangler/postgres.
+## relay ticking as deployed (scripts/dev.mjs).
+## STORE=postgres: effects in a local Postgres cluster, in .wrangler/postgres.
 dev: setup
 	if [ "$(STORE)" = postgres ]; then sh scripts/setup.sh --with-postgres; fi
 	$(if $(filter postgres,$(STORE)),WORKER_FEATURES=$(POSTGRES)) node scripts/dev.mjs --port 8787 $(if $(STORE),--store $(STORE))
@@ -56,7 +56,7 @@ build-minimal:
 	WORKER_FEATURES=$(MINIMAL) sh scripts/build.sh
 	rm -rf "target/variants/$(MINIMAL)" && mkdir -p target/variants && cp -r build "target/variants/$(MINIMAL)"
 
-# needs: postgres
+# needs: postgres, d1
 ## The Postgres build, kept in target/variants/postgres for
 ## tests/postgres.test.mjs (which starts a local cluster: scripts/postgres.sh).
 build-postgres:

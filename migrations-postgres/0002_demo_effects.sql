@@ -1,6 +1,8 @@
 -- The demo effects' tables (src/effects/), as migrations/0001 made them in
 -- D1: the same columns, so that each effect's SQL runs on either store.
+-- needs: demos
 
+-- needs: stripe
 CREATE TABLE IF NOT EXISTS orders (
     checkout_session_id TEXT PRIMARY KEY,
     payment_intent_id   TEXT,
@@ -11,9 +13,11 @@ CREATE TABLE IF NOT EXISTS orders (
     created_at          BIGINT NOT NULL,
     updated_at          BIGINT NOT NULL
 );
+-- needs: stripe
 CREATE INDEX IF NOT EXISTS orders_by_payment_intent
     ON orders (payment_intent_id) WHERE payment_intent_id IS NOT NULL;
 
+-- needs: stripe
 CREATE TABLE IF NOT EXISTS subscriptions (
     id            TEXT PRIMARY KEY,
     customer_id   TEXT,
@@ -23,6 +27,7 @@ CREATE TABLE IF NOT EXISTS subscriptions (
     updated_at    BIGINT NOT NULL
 );
 
+-- needs: github
 CREATE TABLE IF NOT EXISTS repo_stars (
     repo  TEXT PRIMARY KEY,
     stars BIGINT NOT NULL

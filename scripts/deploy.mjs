@@ -33,6 +33,8 @@ import { createInterface } from "node:readline/promises";
 
 import { unstable_readConfig, unstable_splitSqlQuery } from "wrangler";
 
+// needs: postgres
+import { deployPostgres } from "./deploy-postgres.mjs";
 import { secretVar } from "./secret-var.mjs";
 
 const CONFIG_PATH = "wrangler.toml";
@@ -138,6 +140,12 @@ for (const db of config.d1_databases) {
 for (const db of config.d1_databases) {
   if (holdsStepwise(db)) applyStepwise(db, stepwise);
   must(["d1", "migrations", "apply", db.binding, "--remote"], { show: true });
+}
+// needs: postgres
+// 2b. Effects in Postgres (STORE = "postgres"): its migrations and the
+// Hyperdrive config (scripts/deploy-postgres.mjs); make migrate too.
+if (config.vars.STORE === "postgres") {
+  await deployPostgres({ config, configPath: CONFIG_PATH, wrangler, must, stop, tableRows, question: ask ? question : undefined });
 }
 if (migrationsOnly) process.exit(0);
 
@@ -325,13 +333,18 @@ function writeDatabaseId(name, id) {
   if (updated !== toml) writeFileSync(CONFIG_PATH, updated);
 }
 
-/** The names in `wrangler queues list`'s table (colours, if any, removed). */
-function queueNames(table) {
-  const rows = table
+/** The rows of a table wrangler prints (`queues list`, …) as objects, colours removed. */
+function tableRows(text) {
+  const rows = text
     .replace(/\x1b\[[0-9;]*m/g, "")
     .split("\n")
     .filter((line) => line.startsWith("│"))
     .map((line) => line.split("│").slice(1, -1).map((cell) => cell.trim()));
-  const column = rows[0]?.indexOf("name") ?? -1;
-  return new Set(column < 0 ? [] : rows.slice(1).map((row) => row[column]));
+  const [header = [], ...body] = rows;
+  return body.map((row) => Object.fromEntries(header.map((name, i) => [name, row[i]])));
+}
+
+/** The names in `wrangler queues list`'s table. */
+function queueNames(table) {
+  return new Set(tableRows(table).map((row) => row.name).filter((name) => name !== undefined));
 }

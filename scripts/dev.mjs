@@ -11,18 +11,12 @@
 //
 //   node scripts/dev.mjs [--port 8787] [--persist-to .wrangler/state]
 //                        [--env-file FILE] [--var NAME:VALUE ...]
-//                        [--store d1|postgres]
 //
 // Without --env-file, secrets come from .dev.vars (copied from
 // .dev.vars.example if absent). Binds to 127.0.0.1 only.
-//
-// With effects in Postgres (`--store postgres`, or STORE = "postgres" in
-// wrangler.toml): a local cluster under .wrangler/postgres
-// (scripts/postgres.sh) with migrations-postgres/ applied, the Hyperdrive
-// binding pointed at it, and the guard of the local Hyperdrive proxy
-// (scripts/hyperdrive-guard.cjs).
 import { spawnSync } from "node:child_process";
 import { copyFileSync, existsSync } from "node:fs";
+// needs: postgres
 import { createRequire } from "node:module";
 import { parseArgs } from "node:util";
 import { unstable_readConfig, unstable_startWorker } from "wrangler";
@@ -37,6 +31,7 @@ const { values: options } = parseArgs({
     "persist-to": { type: "string", default: ".wrangler/state" },
     "env-file": { type: "string" },
     var: { type: "string", multiple: true, default: [] },
+    // needs: postgres
     store: { type: "string" },
   },
 });
@@ -72,8 +67,13 @@ const bindings = Object.fromEntries(
     return [name, { type: "plain_text", value: value.join(":"), hidden: true }];
   }),
 );
-const store = options.store ?? config.vars?.STORE ?? "d1";
-if (store === "postgres") {
+// needs: postgres
+// With effects in Postgres (`--store postgres`, or STORE = "postgres" in
+// wrangler.toml): a local cluster under .wrangler/postgres
+// (scripts/postgres.sh) with migrations-postgres/ applied, the Hyperdrive
+// binding pointed at it, and the guard of the local Hyperdrive proxy
+// (scripts/hyperdrive-guard.cjs).
+if ((options.store ?? config.vars?.STORE) === "postgres") {
   const cluster = spawnSync("sh", ["scripts/postgres.sh", "start"], { stdio: "inherit" });
   if (cluster.status !== 0) process.exit(cluster.status ?? 1);
   const url = spawnSync("sh", ["scripts/postgres.sh", "url"], { encoding: "utf8" }).stdout.trim();
@@ -85,6 +85,8 @@ if (store === "postgres") {
     bindings.HYPERDRIVE = { type: "hyperdrive", id: "local", localConnectionString: url };
   }
   console.log(`dev: effects commit in the local Postgres (${url.replace(/:[^:@/]*@/, ":…@")})`);
+} else if (options.store) {
+  bindings.STORE = { type: "plain_text", value: options.store };
 }
 
 // The worker, as `wrangler dev` runs it, through wrangler's own API: the

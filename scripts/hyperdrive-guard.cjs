@@ -8,6 +8,7 @@
 // both, so the worker sees its connection close and answers 503. No other
 // socket is touched. Fixed upstream in wrangler 4.87 (workers-sdk #13390),
 // which needs Node 22.
+// needs: postgres
 "use strict";
 const net = require("node:net");
 

@@ -1,11 +1,14 @@
 #!/bin/sh
 # A local Postgres for STORE = "postgres" (docs/postgres.md): one cluster in
 # the project's ignored state, listening on loopback only, with a password.
+# needs: postgres
 #
 #   scripts/postgres.sh start      initdb on first use, start, create the
 #                                  database, apply migrations-postgres/
 #   scripts/postgres.sh stop | restart | status
 #   scripts/postgres.sh url        the connection string
+#   scripts/postgres.sh migrate    apply migrations-postgres/ (PG_REMOTE=1:
+#                                  to the database PGHOST, PGUSER, … name)
 #   scripts/postgres.sh psql ...   psql on the database
 #
 # PG_DIR (default .wrangler/postgres), PG_PORT (5433) and PG_DB (webhooks)
@@ -25,7 +28,7 @@ if [ -f "$DIR/PG_VERSION" ] && [ -d "/usr/lib/postgresql/$(cat "$DIR/PG_VERSION"
 else
     BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 fi
-if [ -z "$BIN" ]; then
+if [ -z "$BIN" ] && [ -z "${PG_REMOTE:-}" ]; then
     echo "postgres: no server: run scripts/setup.sh --with-postgres" >&2
     exit 1
 fi
@@ -37,7 +40,14 @@ url() {
     echo "postgresql://$ROLE:$PASSWORD@127.0.0.1:$PORT/$DB"
 }
 psql_db() {
-    PGOPTIONS="-c client_min_messages=warning" PGPASSWORD=$PASSWORD psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d "$DB" "$@"
+    if [ -n "${PG_REMOTE:-}" ]; then
+        # make deploy's database, named by PGHOST, PGUSER, PGPASSWORD, …
+        # (scripts/deploy-postgres.mjs): no password on a command line, and
+        # no startup options, which some poolers refuse.
+        psql -X -q -w -v ON_ERROR_STOP=1 "$@"
+    else
+        PGOPTIONS="-c client_min_messages=warning" PGPASSWORD=$PASSWORD psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d "$DB" "$@"
+    fi
 }
 
 start() {
@@ -93,6 +103,7 @@ stop) owner "$BIN/pg_ctl" -D "$DIR" -w -m fast stop >/dev/null 2>&1 || true ;;
 restart) owner setsid "$BIN/pg_ctl" -D "$DIR" -w -m "${2:-fast}" restart -o "-p $PORT -k '' -c listen_addresses=127.0.0.1" >/dev/null ;;
 status) owner "$BIN/pg_ctl" -D "$DIR" status ;;
 url) url ;;
+migrate) migrate ;;
 psql) shift; psql_db "$@" ;;
-*) echo "usage: scripts/postgres.sh start|stop|restart [immediate]|status|url|psql ..." >&2; exit 2 ;;
+*) echo "usage: scripts/postgres.sh start|stop|restart [immediate]|status|url|migrate|psql ..." >&2; exit 2 ;;
 esac

@@ -47,10 +47,12 @@ if ! wasm-bindgen --version 2>/dev/null | grep -qx "wasm-bindgen $WASM_BINDGEN_V
 fi
 
 BROWSER=false
+# needs: postgres
 POSTGRES=false
 for arg in "$@"; do
     case "$arg" in
     --with-browser) BROWSER=true ;;
+    # needs: postgres
     --with-postgres) POSTGRES=true ;;
     esac
 done
@@ -66,9 +68,10 @@ if [ "$BROWSER" = true ] && [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/de
 fi
 
 # needs: postgres
-# With --with-postgres (`make test`, `make dev STORE=postgres`): Debian's
-# PostgreSQL server and psql, for the local cluster of scripts/postgres.sh.
-if [ "$POSTGRES" = true ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+# With --with-postgres, or when wrangler.toml's store is Postgres: Debian's
+# PostgreSQL server and psql, for the local cluster of scripts/postgres.sh
+# (make dev, make test) and make deploy's psql.
+if { [ "$POSTGRES" = true ] || grep -q '^STORE = "postgres"' wrangler.toml; } && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     $SUDO apt-get update
     $SUDO apt-get install -y postgresql
 fi

@@ -13,9 +13,9 @@
 #   to an engine changed in a test-only way (one new migration, and the
 #   answer to `GET /`), then its suite, with a test that sees both, passes
 #   with src/ untouched.
-# The copies: `providers=stripe demos=false dashboard=false`;
-# `providers=github,hmac demos=false dashboard=true`; seven providers with
-# Twilio first, without demos; all defaults. Installs
+# The copies: `providers=stripe dashboard=false store=postgres` (effects in
+# a local Postgres); `providers=github,hmac demos=false dashboard=true`;
+# seven providers with Twilio first, without demos; all defaults. Installs
 # cargo-generate if missing.
 set -eu
 cd "$(dirname "$0")/.."
@@ -53,6 +53,8 @@ DRILL_ENGINE="$WORK/engine-next"
 cp -r "$WORK/template/crates/engine" "$DRILL_ENGINE"
 DRILL_MIGRATION="$(printf '%04d' $(($(ls "$DRILL_ENGINE/migrations" | wc -l) + 1)))_engine_upgrade_drill.sql"
 printf -- '-- The upgrade drill (scripts/template-check.sh).\nCREATE TABLE IF NOT EXISTS engine_upgrade_drill (id INTEGER PRIMARY KEY);\n' >"$DRILL_ENGINE/migrations/$DRILL_MIGRATION"
+DRILL_PG_MIGRATION="$(printf '%04d' $(($(ls "$DRILL_ENGINE/migrations-postgres" | wc -l) + 1)))_engine_upgrade_drill.sql"
+printf -- '-- The upgrade drill (scripts/template-check.sh).\nCREATE TABLE IF NOT EXISTS engine_upgrade_drill (id BIGINT PRIMARY KEY);\n' >"$DRILL_ENGINE/migrations-postgres/$DRILL_PG_MIGRATION"
 sed -i 's|"idempotent webhook receiver: POST|"idempotent webhook receiver, upgraded: POST|' "$DRILL_ENGINE/src/lib.rs"
 grep -q "receiver, upgraded: POST" "$DRILL_ENGINE/src/lib.rs" || { echo "template-check: the drill's engine change did not apply" >&2; exit 1; }
 
@@ -69,8 +71,11 @@ drill() {
     diff -r "$DRILL_ENGINE" crates/engine >/dev/null || fail "crates/engine is not the new engine"
     ls migrations | head -n "$(wc -l <"$WORK/$NAME-migrations-before")" | diff "$WORK/$NAME-migrations-before" - >/dev/null ||
         fail "make upgrade renamed a migration"
-    last=$(ls migrations | tail -n 1)
-    case "$last" in *_engine_upgrade_drill.sql) ;; *) fail "the engine's new migration is not last: $last" ;; esac
+    for dir in migrations migrations-postgres; do
+        [ -d "$dir" ] || continue
+        last=$(ls "$dir" | tail -n 1)
+        case "$last" in *_engine_upgrade_drill.sql) ;; *) fail "the engine's new migration is not last in $dir: $last" ;; esac
+    done
     cat >tests/upgrade-drill.test.mjs <<'DRILL'
 // The upgrade drill (make template-check): the new engine's behaviour and
 // its migration's table reach this copy.
@@ -94,14 +99,14 @@ test("the upgraded engine answers GET / as it now does, and its migration ran", 
 DRILL
 }
 
-# check <name> <providers> <demos> <dashboard> <recipes> [drill]
+# check <name> <providers> <demos> <dashboard> <recipes> [drill] [store]
 check() {
-    NAME=$1 PROVIDERS=$2 DEMOS=$3 DASHBOARD=$4 RECIPES=$5 DRILL=${6:-}
+    NAME=$1 PROVIDERS=$2 DEMOS=$3 DASHBOARD=$4 RECIPES=$5 DRILL=${6:-} STORE=${7:-d1}
     started=$(date +%s)
     cd "$WORK"
     cargo generate --path "$WORK/template" --name "$NAME" --destination "$WORK" \
         --allow-commands --silent --vcs none \
-        -d providers="$PROVIDERS" -d demos="$DEMOS" -d dashboard="$DASHBOARD"
+        -d providers="$PROVIDERS" -d demos="$DEMOS" -d dashboard="$DASHBOARD" -d store="$STORE"
     cd "$WORK/$NAME"
 
     grep -qx "name = \"$NAME\"" Cargo.toml || fail "Cargo.toml keeps the template's package name"
@@ -119,7 +124,13 @@ check() {
     ! grep -qs "webhook-forward" wrangler.toml || fail "the forward queue keeps the template's name"
     [ ! -e cargo-generate.toml ] && [ ! -e scripts/template ] && [ ! -e scripts/template-check.sh ] ||
         fail "the template's own files are left"
-    ! grep -rqsE "^\s*(//|#|--) needs( one of)?: " src tests cli scripts migrations Makefile Cargo.toml || fail "a needs: marker is left"
+    ! grep -rqsE "^\s*(//|#|--) needs( one of)?: " src tests cli scripts migrations migrations-postgres Makefile Cargo.toml || fail "a needs: marker is left"
+    if [ "$STORE" = postgres ]; then
+        grep -qx 'STORE = "postgres"' wrangler.toml || fail "its store is not Postgres"
+    else
+        ! grep -qsi "postgres\|hyperdrive" Makefile Cargo.toml wrangler.toml scripts/dev.mjs scripts/deploy.mjs scripts/setup.sh README.md ||
+            fail "a D1 copy names Postgres"
+    fi
 
     # What was not chosen leaves no name behind (tests/copies.test.mjs
     # checks every provider alone this way, without building).
@@ -146,10 +157,10 @@ check() {
     # shellcheck disable=SC2086
     make $TARGETS
     size=$(gzip -9 -c build/index_bg.wasm | wc -c)
-    echo "template-check: $NAME ($PROVIDERS; demos $DEMOS; dashboard $DASHBOARD; recipes:$RECIPES) passed in $(($(date +%s) - started)) s; its wasm: $size bytes gzipped"
+    echo "template-check: $NAME ($PROVIDERS; demos $DEMOS; dashboard $DASHBOARD; store $STORE; recipes:$RECIPES) passed in $(($(date +%s) - started)) s; its wasm: $size bytes gzipped"
 }
 
-check hooks-stripe stripe false false " a b" drill
+check hooks-stripe stripe true false " a b c" drill postgres
 check hooks-github-hmac github,hmac false true " b"
 # The tests send the first declared source's events: here Twilio's, whose
 # signature covers the URL, with no demo and the dashboard.

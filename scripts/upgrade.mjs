@@ -7,9 +7,9 @@
 //    `worker` dependency follows the engine's version of it.
 // 2. Its migrations: each file of the engine's migrations/ (all named
 //    `NNNN_engine_…`) that this copy's migrations/ lacks, by name after the
-//    number, is appended after the last one, numbered in sequence. No file
-//    is renamed or edited, so a database that applied them keeps its
-//    history.
+//    number, is appended after the last one, numbered in sequence; the same
+//    for migrations-postgres/ in a copy that has one. No file is renamed or
+//    edited, so a database that applied them keeps its history.
 //
 // Everything is checked before anything changes. It refuses if
 // crates/engine holds changes git has not committed (the engine is not
@@ -123,21 +123,25 @@ if (replace) {
   if (status?.ignored.length && !force) fail(`${HERE} holds files git ignores, which it would delete; move them, or FORCE=1:\n${status.ignored.join("\n")}`);
 }
 const named = (file) => file.slice(5);
-const theirs = [...incoming.keys()].filter((path) => path.startsWith(`migrations${sep}`) && path.endsWith(".sql")).map((path) => path.slice("migrations".length + 1)).sort();
-const odd = theirs.filter((file) => !ENGINE_MIGRATION.test(file));
-if (odd.length) fail(`the engine's migrations must be named NNNN_engine_<what>.sql: ${odd.join(", ")}`);
-const ours = readdirSync("migrations").filter((file) => /^\d{4}_.*\.sql$/.test(file)).sort();
+// D1's (migrations/), and Postgres's (migrations-postgres/) in a copy
+// whose effects commit there: the engine keeps each in a folder of that name.
 const added = [];
-let last = ours.length ? Number(ours.at(-1).slice(0, 4)) : 0;
-for (const file of theirs) {
-  const mine = ours.find((o) => named(o) === named(file));
-  const text = incoming.get(join("migrations", file));
-  if (mine && !readFileSync(join("migrations", mine)).equals(text)) {
-    fail(`migrations/${mine} differs from the engine's ${file}: an applied migration is never edited. Keep yours and ask why the engine's changed`);
-  }
-  if (!mine) {
-    last += 1;
-    added.push([`${String(last).padStart(4, "0")}_${named(file)}`, text]);
+for (const dir of ["migrations", "migrations-postgres"].filter((dir) => existsSync(dir))) {
+  const theirs = [...incoming.keys()].filter((path) => path.startsWith(`${dir}${sep}`) && path.endsWith(".sql")).map((path) => path.slice(dir.length + 1)).sort();
+  const odd = theirs.filter((file) => !ENGINE_MIGRATION.test(file));
+  if (odd.length) fail(`the engine's ${dir} must be named NNNN_engine_<what>.sql: ${odd.join(", ")}`);
+  const ours = readdirSync(dir).filter((file) => /^\d{4}_.*\.sql$/.test(file)).sort();
+  let last = ours.length ? Number(ours.at(-1).slice(0, 4)) : 0;
+  for (const file of theirs) {
+    const mine = ours.find((o) => named(o) === named(file));
+    const text = incoming.get(join(dir, file));
+    if (mine && !readFileSync(join(dir, mine)).equals(text)) {
+      fail(`${dir}/${mine} differs from the engine's ${file}: an applied migration is never edited. Keep yours and ask why the engine's changed`);
+    }
+    if (!mine) {
+      last += 1;
+      added.push([join(dir, `${String(last).padStart(4, "0")}_${named(file)}`), text]);
+    }
   }
 }
 const appManifest = read("Cargo.toml");
@@ -177,7 +181,7 @@ if (replace) {
 
 // 2. The engine's migrations this copy lacks, after its last one; the
 // app's worker version.
-for (const [file, text] of added) writeFileSync(join("migrations", file), text);
+for (const [path, text] of added) writeFileSync(path, text);
 if (bumped !== appManifest) {
   writeFileSync("Cargo.toml", bumped);
   console.log(`make upgrade: worker ${ourWorker} -> ${theirWorker} in Cargo.toml, as the engine uses`);
@@ -193,5 +197,5 @@ if (replace) {
 
 const after = field(manifest(HERE), "version");
 console.log(replace ? `make upgrade: ${NAME} ${before} -> ${after} (from ${from})` : `make upgrade: ${HERE} is already that engine (${after})`);
-console.log(added.length ? `make upgrade: new migrations: ${added.map(([f]) => `migrations/${f}`).join(", ")}` : "make upgrade: no new migration");
+console.log(added.length ? `make upgrade: new migrations: ${added.map(([path]) => path).join(", ")}` : "make upgrade: no new migration");
 console.log("make upgrade: next, `make test`; `make deploy` applies the new migrations (`make dev` applies them locally)");

@@ -22,7 +22,7 @@ const FILES = execFileSync("git", ["ls-files", "-z", "--cached", "--others", "--
   .filter((file) => file && !file.startsWith("node_modules/"));
 
 /** A copy generated with these answers, in a fresh directory. */
-function generate(providers, demos, dashboard) {
+function generate(providers, demos, dashboard, store = "d1") {
   const dir = mkdtempSync(join(tmpdir(), "copy-"));
   // Deleted files not yet committed are listed, and skipped.
   for (const file of FILES.filter((file) => existsSync(file))) {
@@ -31,7 +31,7 @@ function generate(providers, demos, dashboard) {
   }
   const node = (script, ...args) => execFileSync("node", [`scripts/template/${script}`, ...args], { cwd: dir, stdio: "pipe" });
   node("rename.mjs", "acme-hooks", "2026-01-01");
-  node("choose.mjs", providers, String(demos), String(dashboard), "acme-hooks");
+  node("choose.mjs", providers, String(demos), String(dashboard), "acme-hooks", store);
   // As hook.rhai ends.
   rmSync(join(dir, "scripts/template"), { recursive: true });
   rmSync(join(dir, "cargo-generate.toml"));
@@ -48,14 +48,17 @@ const COMBINATIONS = [
   ...Object.keys(SOURCES).flatMap((provider) => [[provider, true, false], [provider, false, false]]),
   ["stripe,github", true, true],
   ["standard-webhooks,hmac,twilio", false, true],
+  ["stripe", true, false, "postgres"],
+  ["github,hmac", false, true, "postgres"],
 ];
 
-for (const [providers, demos, dashboard] of COMBINATIONS) {
-  test(`providers=${providers} demos=${demos} dashboard=${dashboard}: nothing unchosen is left`, () => {
-    const dir = generate(providers, demos, dashboard);
+for (const [providers, demos, dashboard, store = "d1"] of COMBINATIONS) {
+  test(`providers=${providers} demos=${demos} dashboard=${dashboard} store=${store}: nothing unchosen is left`, () => {
+    const dir = generate(providers, demos, dashboard, store);
     try {
       assert.deepEqual(leftNames(dir, providers.split(","), demos).map(([, where]) => where), []);
-      assert.deepEqual(["src", "tests", "cli", "scripts", "migrations", "docs"].flatMap((path) => markersLeft(dir, path)), []);
+      const places = ["src", "tests", "cli", "scripts", "migrations", "docs", ...(store === "postgres" ? ["migrations-postgres"] : [])];
+      assert.deepEqual(places.flatMap((path) => markersLeft(dir, path)), []);
       assert.deepEqual(danglingRefs(dir, recipeMade), [], "its docs name only what it has");
       // Its Cargo.lock is what its first build would leave.
       execFileSync("cargo", ["metadata", "--format-version", "1", "--locked", "--offline"], { cwd: dir, stdio: "pipe" });
@@ -65,6 +68,25 @@ for (const [providers, demos, dashboard] of COMBINATIONS) {
       const kept = (name) => migrations.some((file) => file.includes(name));
       assert.equal(kept("stripe_demos"), demos && providers.includes("stripe"));
       assert.equal(kept("github_demos"), demos && providers.includes("github"));
+      // Its store: Postgres's tables, build and binding, or nothing of Postgres.
+      const text = (file) => readFileSync(join(dir, file), "utf8");
+      if (store === "postgres") {
+        const tables = readdirSync(join(dir, "migrations-postgres")).sort();
+        assert.deepEqual(tables, ["0001_engine_schema.sql", ...(demos && providers.includes("stripe") ? ["0002_demo_effects.sql"] : [])]);
+        if (tables[1]) assert.doesNotMatch(text("migrations-postgres/0002_demo_effects.sql"), /repo_stars/);
+        assert.match(text("Cargo.toml"), /^default = \[.*"postgres"\]$/m);
+        assert.match(text("wrangler.toml"), /^STORE = "postgres"$/m);
+        assert.match(text("wrangler.toml"), /^\[\[hyperdrive\]\]\nbinding = "HYPERDRIVE"\nid = "0{32}"$/m);
+        assert.doesNotMatch(text("Makefile"), /build-postgres|STORE/);
+        assert.match(text("README.md"), /wrangler hyperdrive create acme-hooks-postgres/);
+      } else {
+        for (const gone of ["migrations-postgres", "scripts/postgres.sh", "scripts/hyperdrive-guard.cjs", "scripts/deploy-postgres.mjs", "docs/postgres.md"]) {
+          assert.ok(!existsSync(join(dir, gone)), `${gone} is left`);
+        }
+        for (const file of ["Makefile", "Cargo.toml", "wrangler.toml", "scripts/dev.mjs", "scripts/deploy.mjs", "scripts/setup.sh", "README.md"]) {
+          assert.doesNotMatch(text(file), /postgres|hyperdrive/i, file);
+        }
+      }
       // Its queues are its own: two copies in one account never share one.
       const queues = [...readFileSync(join(dir, "wrangler.toml"), "utf8").matchAll(/^queue = "([^"]+)"$/gm)].map((m) => m[1]);
       assert.deepEqual([...new Set(queues)].sort(), ["acme-hooks-forward", "acme-hooks-outbox", "acme-hooks-outbox-dlq"]);

@@ -25,6 +25,9 @@ import { join, resolve } from "node:path";
 
 import { unstable_readConfig, unstable_splitSqlQuery } from "wrangler";
 
+// needs: postgres
+import { freshDatabase, pgctl } from "./support/postgres.mjs";
+
 const ROOT = resolve(import.meta.dirname, "..");
 // The names the project's own config gives (a generated copy has its own).
 const CONFIG = unstable_readConfig({ config: join(ROOT, "wrangler.toml") });
@@ -37,6 +40,9 @@ let env;
 before(() => {
   dir = mkdtempSync(join(tmpdir(), "deploy-test-"));
   copyFileSync(join(ROOT, "wrangler.toml"), join(dir, "wrangler.toml"));
+  // needs: postgres
+  // These deploy D1 alone; those at the end, effects in Postgres.
+  writeFileSync(join(dir, "wrangler.toml"), d1Only(readFileSync(join(ROOT, "wrangler.toml"), "utf8")));
   cpSync(join(ROOT, "migrations"), join(dir, "migrations"), { recursive: true });
   mkdirSync(join(dir, "bin"));
   copyFileSync(join(ROOT, "tests/support/fake-wrangler.mjs"), join(dir, "bin/wrangler"));
@@ -256,5 +262,82 @@ describe("make migrate STEPWISE=, on the template's 0008", () => {
     const again = await deploy({}, flags);
     assert.equal(executed(again.calls).at(-1), record(STEPWISE));
     assert.ok(account().migrated.includes(STEPWISE));
+  });
+});
+
+// needs: postgres
+/** `text` without STORE and the [[hyperdrive]] binding (a Postgres copy's). */
+function d1Only(text) {
+  return text.replace(/^(# .*\n)*STORE = "postgres"\n/m, "").replace(/^(# .*\n)*\[\[hyperdrive\]\]\n(\w+ = .*\n)*/m, "");
+}
+
+// needs: postgres
+describe("effects in Postgres: migrations-postgres/ applied, the Hyperdrive config created once", () => {
+  const HYPERDRIVE = '[[hyperdrive]]\nbinding = "HYPERDRIVE"\nid = "00000000000000000000000000000000"\n';
+  const NAME = `${CONFIG.name}-postgres`;
+  const db = `deploy_${process.pid}`;
+  let url;
+  const migrated = () => pgctl(db, "psql", "-tA", "-c", "SELECT count(*) FROM webhook_migrations").trim();
+  before(() => {
+    const pg = freshDatabase();
+    pg.query(`DROP DATABASE IF EXISTS ${db}`);
+    pg.query(`CREATE DATABASE ${db}`);
+    // The local cluster has no TLS; a real database's connection requires it.
+    url = `${pg.url.replace(/\/[^/]+$/, `/${db}`)}?sslmode=disable`;
+    cpSync(join(ROOT, "migrations-postgres"), join(dir, "migrations-postgres"), { recursive: true });
+    mkdirSync(join(dir, "scripts"), { recursive: true });
+    copyFileSync(join(ROOT, "scripts/postgres.sh"), join(dir, "scripts/postgres.sh"));
+    const text = d1Only(toml()).replace(/^\[vars\]\n/m, '[vars]\nSTORE = "postgres"\n');
+    writeFileSync(join(dir, "wrangler.toml"), `${text}\n${HYPERDRIVE}`);
+    rmSync(env.FAKE_WRANGLER_STATE, { force: true });
+    rmSync(join(dir, ".admin-token"), { force: true });
+  });
+
+  test("no config yet and no connection string: it stops before creating one", async () => {
+    const { code, err, commands } = await run();
+    assert.notEqual(code, 0);
+    assert.match(err, new RegExp(`no Hyperdrive config ${NAME} yet: give your Postgres's connection string in POSTGRES_URL`));
+    assert.ok(!commands.some((c) => c.startsWith("hyperdrive create")));
+  });
+
+  test("a password Postgres refuses stops it, and is never printed", async () => {
+    const wrong = url.replace(/:[^:@/]*@/, ":not-the-password-9f3a@");
+    const { code, out, err, commands } = await run({ POSTGRES_URL: wrong });
+    assert.notEqual(code, 0);
+    assert.match(err, /migrations-postgres\/ could not be applied/);
+    assert.ok(!`${out}${err}`.includes("not-the-password-9f3a"), "the password is printed");
+    assert.ok(!commands.some((c) => c.startsWith("hyperdrive create")));
+  });
+
+  test("a connection string that is no URL stops it, and is never printed", async () => {
+    const { code, out, err } = await run({ POSTGRES_URL: "postgres://app:s3cr/et#x@127.0.0.1/db" });
+    assert.notEqual(code, 0);
+    assert.match(err, /percent-encode any \/ # \? @ : in the user name or password/);
+    assert.ok(!`${out}${err}`.includes("s3cr"), "the password is printed");
+  });
+
+  test("a first deploy applies migrations-postgres/, creates the config without caching, writes its id", async () => {
+    const { out, err, calls } = await deploy({ POSTGRES_URL: url });
+    const create = calls.filter((c) => c.args[0] === "hyperdrive" && c.args[1] === "create");
+    assert.deepEqual(create.map((c) => c.args), [["hyperdrive", "create", NAME, `--connection-string=${url}`, "--caching-disabled"]]);
+    const [config] = account().hyperdrives;
+    assert.equal(config.caching, false);
+    assert.match(toml(), new RegExp(`^id = "${config.id}"$`, "m"));
+    assert.equal(migrated(), String(readdirSync(join(ROOT, "migrations-postgres")).length));
+    assert.equal(pgctl(db, "psql", "-tA", "-c", "SELECT count(*) FROM processed_events").trim(), "0");
+    assert.ok(!`${out}${err}`.includes(url), "the connection string is printed");
+  });
+
+  test("again: the config is found, never created twice, and no migration runs twice", async () => {
+    const skipped = await deploy();
+    assert.match(skipped.out, /migrations-postgres\/ not applied \(give POSTGRES_URL/);
+    const again = await deploy({ POSTGRES_URL: url });
+    for (const { commands } of [skipped, again]) assert.ok(!commands.some((c) => c.startsWith("hyperdrive create")));
+    assert.equal(account().hyperdrives.length, 1);
+    // A config that reaches another database is not migrated behind its back.
+    const elsewhere = await run({ POSTGRES_URL: url.replace(`/${db}?`, "/another?") });
+    assert.notEqual(elsewhere.code, 0);
+    assert.match(elsewhere.err, /points at .*, not at POSTGRES_URL's database/);
+    assert.equal(migrated(), String(readdirSync(join(ROOT, "migrations-postgres")).length));
   });
 });

@@ -1,4 +1,4 @@
-// needs: postgres
+// needs: postgres, stripe, demos
 // STORE = "postgres": the built postgres variant of the worker in workerd,
 // its Hyperdrive binding on a real local Postgres (scripts/postgres.sh).
 // Each event's ledger row, effect and outbox rows commit in one Postgres
@@ -6,11 +6,14 @@
 // refusing the password; rows counted in Postgres itself.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+// needs: github
 import { createHash } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
-import { freshDatabase, pgctl, startPostgresWorker } from "./support/postgres.mjs";
-import { checkoutCompleted, githubHeaders, starEvent, stripeHeaders, uniqueId } from "./support/sign.mjs";
+import { CLUSTER, freshDatabase, pgctl, startPostgresWorker } from "./support/postgres.mjs";
+import { checkoutCompleted, stripeHeaders, uniqueId } from "./support/sign.mjs";
+// needs: github
+import { githubHeaders, starEvent } from "./support/sign.mjs";
 import { SECRETS, eventually } from "./support/worker.mjs";
 
 const TARGETS = {
@@ -110,6 +113,7 @@ describe("postgres: one event, one effect", () => {
     assert.deepEqual(orders(session), [["paid", "5000"]]);
   });
 
+  // needs: github
   test("the replay fence: a signed body under a fresh delivery id applies nothing", async () => {
     const repo = uniqueId("repo");
     const body = starEvent({ repo });
@@ -158,7 +162,7 @@ describe("postgres: failure is an answer", () => {
     const id = uniqueId("evt");
     const session = uniqueId("cs");
     const locker = spawn("sh", ["scripts/postgres.sh", "psql", "-c", "BEGIN; LOCK TABLE processed_events IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(7); COMMIT;"], {
-      env: { ...process.env, PG_DIR: `${process.cwd()}/.wrangler/postgres-test`, PG_PORT: "5434", PG_DB: pg.db },
+      env: { ...process.env, ...CLUSTER, PG_DB: pg.db },
       stdio: "ignore",
     });
     const exited = new Promise((resolve) => locker.on("exit", resolve));

@@ -234,7 +234,7 @@ test("every engine migration is named NNNN_engine_<what>.sql", () => {
   for (const file of readdirSync("crates/engine/migrations")) assert.match(file, /^\d{4}_engine_[a-z0-9_]+\.sql$/);
 });
 
-// needs: postgres
+// needs: postgres, template
 test("migrations-postgres/ holds the engine's Postgres schema as the engine ships it", () => {
   for (const file of readdirSync("crates/engine/migrations-postgres")) {
     assert.equal(readFileSync(`migrations-postgres/${file}`, "utf8"), readFileSync(`crates/engine/migrations-postgres/${file}`, "utf8"), file);

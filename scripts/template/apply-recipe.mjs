@@ -3,7 +3,7 @@
 // must find what it edits, so a recipe the code has outgrown fails here.
 import { existsSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 
-import { RECIPES } from "./recipes.mjs";
+import { forCopy, RECIPES } from "./recipes.mjs";
 
 const recipe = RECIPES.find((r) => r.id === process.argv[2]);
 if (!recipe) {
@@ -16,19 +16,21 @@ const fail = (why) => {
 };
 const read = (path) => (existsSync(path) ? readFileSync(path, "utf8") : fail(`${path} is missing`));
 
-/** The next migration's file name: one more than the last one's number. */
-export function nextMigration(name) {
-  const last = readdirSync("migrations").sort().at(-1);
+/** The next migration's file name in `dir`: one more than the last one's number. */
+export function nextMigration(name, dir = "migrations") {
+  const last = readdirSync(dir).sort().at(-1);
   const number = String(Number(last.slice(0, 4)) + 1).padStart(4, "0");
-  return `migrations/${number}_${name}.sql`;
+  return `${dir}/${number}_${name}.sql`;
 }
 
-for (const step of recipe.steps) {
+// The copy's store, as its wrangler.toml says.
+const store = /^STORE = "postgres"$/m.test(read("wrangler.toml")) ? "postgres" : "d1";
+for (const step of recipe.steps.filter(forCopy({ store }))) {
   if (step.write) {
     if (existsSync(step.write)) fail(`${step.write} exists already`);
     writeFileSync(step.write, step.text);
   } else if (step.migration) {
-    writeFileSync(nextMigration(step.migration), step.text);
+    writeFileSync(nextMigration(step.migration, step.dir), step.text);
   } else if (step.delete) {
     read(step.delete);
     rmSync(step.delete);

@@ -1,5 +1,6 @@
 // Keeps only what `cargo generate` was told to: `node choose.mjs
-// <providers> <demos> <dashboard>` (run by hook.rhai in the new copy).
+// <providers> <demos> <dashboard> <name> [store]` (run by hook.rhai in the
+// new copy).
 //
 // - Providers: each unchosen one's cargo feature (the engine's, which
 //   crates/engine keeps whole), CLI signer, source, local secret and tests
@@ -9,43 +10,53 @@
 // - Any copy but all defaults starts its migrations clean: the engine's
 //   (crates/engine/migrations), then the kept demos' (template/migrations/).
 // - `dashboard=false`: the dashboard's feature and tests go (the engine keeps its modules).
+// - `store=d1` (the default): everything about the Postgres store goes,
+//   unless every other answer is a default too.
+//   `store=postgres`: effects commit in Postgres (postgres.mjs); the rest
+//   marked `needs: d1` goes.
 //
-// All three at their defaults leave the copy as the template is.
+// All four at their defaults leave the copy as the template is.
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 
 import { cutItems, fileNeedsMissing, pruneCfg, pruneDocNeeds, pruneNeeds } from "./prune.mjs";
+import { makePostgresCopy } from "./postgres.mjs";
 import { copyReadme } from "./readme.mjs";
 import { secretVar } from "../secret-var.mjs";
 import { SOURCES } from "./sources.mjs";
 
-const [list, demosArg, dashboardArg, name] = process.argv.slice(2);
+const [list, demosArg, dashboardArg, name, store = "d1"] = process.argv.slice(2);
 const ALL = Object.keys(SOURCES);
 const chosen = [...new Set((list ?? "").split(",").map((p) => p.trim()).filter(Boolean))];
 const unknown = chosen.filter((p) => !ALL.includes(p));
-if (!chosen.length || unknown.length || !/^(true|false)$/.test(demosArg) || !/^(true|false)$/.test(dashboardArg)) {
-  console.error(`choose: providers is a comma list of ${ALL.join(", ")}${unknown.length ? ` (not: ${unknown.join(", ")})` : ""}; demos and dashboard are true or false`);
+const bad = !/^(true|false)$/.test(demosArg) || !/^(true|false)$/.test(dashboardArg) || !/^(d1|postgres)$/.test(store);
+if (!chosen.length || unknown.length || bad) {
+  console.error(`choose: providers is a comma list of ${ALL.join(", ")}${unknown.length ? ` (not: ${unknown.join(", ")})` : ""}; demos and dashboard are true or false; store is d1 or postgres`);
   process.exit(2);
 }
 // The demo effects are Stripe's and GitHub's: without either, there is none to keep.
 const demos = demosArg === "true" && (chosen.includes("stripe") || chosen.includes("github"));
 const dashboard = dashboardArg === "true";
-const everything = chosen.length === ALL.length && demos && dashboard;
+// All defaults copy the template whole, its Postgres option with it.
+const everything = chosen.length === ALL.length && demos && dashboard && store === "d1";
 
 // What the copy leaves out: provider names, cargo features, and the
 // `demos`/`dashboard` parts; each is a name `needs:` lines may list.
 const keptFeatures = new Set(chosen.map((p) => SOURCES[p].feature));
 const removedFeatures = new Set(ALL.map((p) => SOURCES[p].feature).filter((f) => !keptFeatures.has(f)));
 if (!dashboard) removedFeatures.add("dashboard");
+if (!everything && store === "d1") removedFeatures.add("postgres");
 const missing = new Set([...ALL.filter((p) => !chosen.includes(p)), ...removedFeatures]);
 if (!demos) missing.add("demos");
 // The benchmarks, the soak and the long fuzz measure the template itself;
 // `template` marks what checks the template's own files.
 if (!everything) missing.add("everything");
 missing.add("template");
-// The Postgres store's build, tests and setup (a copy keeps D1 for now).
-missing.add("postgres");
+// The store: a D1 copy has nothing of Postgres's; a Postgres copy builds
+// it by default, so the template's separate postgres build goes.
+if (store === "postgres") missing.add("d1");
+else if (!everything) missing.add("postgres");
 
 const read = (file) => readFileSync(file, "utf8");
 const write = (file, text) => writeFileSync(file, text.replace(/\n{3,}/g, "\n\n"));
@@ -57,10 +68,10 @@ const files = (dir) =>
 
 // 1. Files that need something left out go whole; the rest lose the items
 //    that do.
-for (const dir of ["src", "cli", "tests", "fuzz", "scripts", "migrations"]) {
+for (const dir of ["src", "cli", "tests", "fuzz", "scripts", "migrations", "migrations-postgres"]) {
   if (!existsSync(dir)) continue;
   for (const file of files(dir)) {
-    if (!/\.(rs|mjs|js|sql|sh)$/.test(file) || file.startsWith("scripts/template") || !existsSync(file)) continue;
+    if (!/\.(rs|mjs|cjs|js|sql|sh)$/.test(file) || file.startsWith("scripts/template") || !existsSync(file)) continue;
     const text = read(file);
     if (fileNeedsMissing(text, missing)) {
       rmSync(file);
@@ -134,6 +145,11 @@ for (const feature of removedFeatures) {
 for (const [, dep] of cargo.matchAll(/^([a-z0-9-]+) = \{[^}\n]*optional = true[^}\n]*\}$/gm)) {
   if (!cargo.includes(`"dep:${dep}"`)) cargo = cargo.replace(new RegExp(`(^#[^\\n]*\\n)*^${dep} = [^\\n]*\\n`, "m"), "");
 }
+if (store === "postgres") {
+  cargo = cargo
+    .replace(/^(default = \[[^\]]*)\]$/m, '$1, "postgres"]')
+    .replace(/^(# Effects in Postgres through Hyperdrive \(docs\/postgres\.md\)); off by default\.$/m, "$1: this copy's store.");
+}
 write("Cargo.toml", cargo);
 // Cargo.lock without what the copy no longer depends on, as its first build
 // would leave it: `--workspace` only drops packages, and changes no locked
@@ -151,7 +167,7 @@ if (!everything) {
   let wrangler = read("wrangler.toml");
   const table = chosen.map((p) => SOURCES[p].source).join("\n");
   wrangler = wrangler.replace(/^# Webhook sources:[^]*?\n\n/m, `# Webhook sources: POST /webhooks/{name}. Each names its provider; its secret\n# is the secret {NAME}_WEBHOOK_SECRET (upper-cased, - as _) unless \`secret\`\n# names another variable. docs/providers.md lists each provider's headers.\n[vars.SOURCES]\n${table}\n\n`);
-  const features = [...keptFeatures, "admin", ...(dashboard ? ["dashboard"] : [])].join(",");
+  const features = [...keptFeatures, "admin", ...(dashboard ? ["dashboard"] : []), ...(store === "postgres" ? ["postgres"] : [])].join(",");
   wrangler = wrangler.replace(/WORKER_FEATURES=[a-z,-]+/, `WORKER_FEATURES=${features}`);
   write("wrangler.toml", wrangler);
   // The source's name: the first word of its `name = { … }` line.
@@ -168,6 +184,16 @@ for (const [, target] of read("Makefile").matchAll(/^# needs: .*\n(?:##.*\n)*([a
   // Gone from the list of phony targets and from what `make test` runs.
   makefile = makefile.replace(/^(\.PHONY:|test:).*$/gm, (line) => line.replace(new RegExp(` ${target}(?= |$)`), ""));
 }
+// `make dev STORE=…` is the template's: a copy's dev.mjs reads its store
+// from wrangler.toml, and a Postgres copy's build is the postgres build.
+if (!everything) makefile = makefile
+  .replace(/^## STORE=postgres: .*\n/m, store === "postgres" ? "## Effects commit in a local Postgres cluster, in .wrangler/postgres.\n" : "")
+  .replace(/^\tif \[ "\$\(STORE\)" = postgres \];.*\n/gm, "")
+  .replace(/\$\(if \$\(filter postgres,\$\(STORE\)\),WORKER_FEATURES=\$\(POSTGRES\)\) /g, "")
+  .replace(/ \$\(if \$\(STORE\),--store \$\(STORE\)\)/g, "");
+if (missing.has("postgres")) makefile = makefile.replace(/^\t.*--features postgres.*\n/gm, "").replace(/ --with-postgres/g, "");
 write("Makefile", makefile);
-copyReadme({ name, providers: chosen, demos, dashboard });
-console.log(`chose: ${chosen.join(", ")}; demos ${demos}; dashboard ${dashboard}`);
+if (store === "postgres") makePostgresCopy();
+else if (missing.has("postgres")) rmSync("migrations-postgres", { recursive: true, force: true });
+copyReadme({ name, providers: chosen, demos, dashboard, store });
+console.log(`chose: ${chosen.join(", ")}; demos ${demos}; dashboard ${dashboard}; store ${store}`);

@@ -5,7 +5,7 @@
 import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 
 import { secretVar } from "../secret-var.mjs";
-import { RECIPES } from "./recipes.mjs";
+import { forCopy, RECIPES } from "./recipes.mjs";
 
 /** The language of a step's code block, by the file it goes in. */
 function language(step) {
@@ -24,38 +24,40 @@ function stepText(step, number) {
 
 /**
  * The number a recipe's migration takes, the recipe applied alone after the
- * copy's last migration (`start`); `null`: the template's own page, which
+ * last migration of its folder; `template`: the template's own page, which
  * keeps `NNNN`.
  */
-function migrationNumbers(start) {
-  const number = start === null ? "NNNN" : String(start).padStart(4, "0");
-  return () => number;
+function migrationNumbers(template) {
+  return (step) => (template ? "NNNN" : String(nextMigrationNumber(step.dir)).padStart(4, "0"));
 }
 
-/** The number the next migration in this checkout takes: one after the last. */
-function nextMigrationNumber() {
-  const last = readdirSync("migrations").filter((f) => /^\d{4}_/.test(f)).sort().at(-1) ?? "0000";
+/** The number the next migration in `dir` of this checkout takes: one after the last. */
+function nextMigrationNumber(dir = "migrations") {
+  const last = readdirSync(dir).filter((f) => /^\d{4}_/.test(f)).sort().at(-1) ?? "0000";
   return Number(last.slice(0, 4)) + 1;
 }
 
 /** The recipes that apply to a copy, as Markdown sections under `level`. */
-function recipesText(copy, level, start) {
+function recipesText(copy, level, template) {
   const recipes = RECIPES.filter((r) => r.applies(copy));
-  const number = migrationNumbers(start);
+  const number = migrationNumbers(template);
+  const steps = (r) => r.steps.filter(forCopy(copy));
   return recipes
-    .map((r) => `${level} ${r.title}\n\n${r.intro}\n\n${r.steps.map((s) => stepText(s, number)).join("\n")}${r.outro ? `\n${r.outro}\n` : ""}`)
+    .map((r) => `${level} ${r.title}\n\n${r.intro}\n\n${steps(r).map((s) => stepText(s, number)).join("\n")}${r.outro ? `\n${r.outro}\n` : ""}`)
     .join("\n");
 }
 
-/** The files a recipe touches, for the README's short form. */
-function filesOf(recipe, number) {
-  const files = recipe.steps.map((s) => s.write ?? s.insert ?? s.replace ?? s.cut ?? s.delete ?? `migrations/${number(s)}_${s.migration}.sql`);
+/** The files a recipe touches in `copy`, for the README's short form. */
+function filesOf(recipe, copy, number) {
+  const files = recipe.steps
+    .filter(forCopy(copy))
+    .map((s) => s.write ?? s.insert ?? s.replace ?? s.cut ?? s.delete ?? `${s.dir ?? "migrations"}/${number(s)}_${s.migration}.sql`);
   return [...new Set(files)].map((f) => `\`${f}\``).join(", ");
 }
 
 /** The recipes' page: a copy's (numbered from its migrations), or the template's with all of them (`NNNN`). */
 export function recipesPage(copy, intro, { template = false } = {}) {
-  return `# Make it yours: recipes\n\n${intro}\n\n${recipesText(copy, "##", template ? null : nextMigrationNumber())}`;
+  return `# Make it yours: recipes\n\n${intro}\n\n${recipesText(copy, "##", template)}`;
 }
 
 /** The sources the copy's wrangler.toml declares: [name, provider]. */
@@ -64,11 +66,33 @@ function declaredSources() {
   return [...table.matchAll(/^([a-z0-9_-]+) = \{ provider = "([a-z-]+)"(?:.*\bsecret = "([A-Z0-9_]+)")?/gm)].map((m) => [m[1], m[2], m[3]]);
 }
 
-export function copyReadme({ name, providers, demos, dashboard }) {
-  const copy = { providers, demos, dashboard };
+// A Postgres copy: where its tables are, and what make deploy does for it.
+const POSTGRES_TABLES = `
+Effects commit in your Postgres, through Hyperdrive: the event's ledger
+row, your writes and its outbox rows, in one transaction. Your tables are
+in \`migrations-postgres/\`. D1 keeps the engine's own tables (and the
+demos', for the tests that run the engine on D1).
+[docs/postgres.md](docs/postgres.md) says why, and what a failure answers.
+`;
+const postgresDeploy = (name) => `It logs you in, creates the D1 database and applies its migrations. Then
+it asks for your Postgres connection string (or takes \`POSTGRES_URL\`),
+applies \`migrations-postgres/\` with psql, and creates the Hyperdrive
+config as this command would, its id written into \`wrangler.toml\`:
+
+\`\`\`sh
+npx wrangler hyperdrive create ${name}-postgres --connection-string="postgres://user:password@host:5432/db" --caching-disabled
+\`\`\`
+
+Then it creates the queues and secrets, and deploys. It asks for each
+source's secret. The deploy workflow needs the repository secret
+\`POSTGRES_URL\` too.
+`;
+
+export function copyReadme({ name, providers, demos, dashboard, store }) {
+  const copy = { providers, demos, dashboard, store };
   const applies = RECIPES.filter((r) => r.applies(copy));
-  const number = migrationNumbers(nextMigrationNumber());
-  const recipes = applies.map((r) => `- ${r.title}:\n  ${filesOf(r, number)}.`);
+  const number = migrationNumbers(false);
+  const recipes = applies.map((r) => `- ${r.title}:\n  ${filesOf(r, copy, number)}.`);
   writeFileSync(
     "docs/recipes.md",
     recipesPage(copy, "The recipes of this copy's README, step by step, with their code. Each was applied to a\ncopy like this one and its tests run before the template was released."),
@@ -78,6 +102,7 @@ export function copyReadme({ name, providers, demos, dashboard }) {
     return `| \`${source}\` | ${provider} | \`POST /webhooks/${source}\` | \`${secret}\` |`;
   });
 
+  const postgres = store === "postgres";
   const text = `# ${name}
 
 A webhook endpoint on Cloudflare Workers, in Rust. Each event it receives
@@ -92,15 +117,15 @@ ${rows.join("\n")}
 
 Sources are declared under \`[vars.SOURCES]\` in \`wrangler.toml\`. Local
 secrets are in \`.dev.vars\` (copied from \`.dev.vars.example\`).
-${demos ? "\nThe demo effects in `src/effects/` show the shapes an effect takes.\nReplace them with yours.\n" : "\nA verified event writes its ledger row and nothing else, until you add an\neffect (`src/effects/`, below).\n"}
+${postgres ? POSTGRES_TABLES : ""}${demos ? "\nThe demo effects in `src/effects/` show the shapes an effect takes.\nReplace them with yours.\n" : "\nA verified event writes its ledger row and nothing else, until you add an\neffect (`src/effects/`, below).\n"}
 ## Run it
 
 \`\`\`sh
-make dev    # http://localhost:8787, with local D1, Durable Objects and Queues
+make dev    # http://localhost:8787, with local D1, Durable Objects and Queues${postgres ? "\n            # and a local Postgres (.wrangler/postgres) for the effects" : ""}
 make test   # every check, end to end in the local runtime
 \`\`\`
 
-Both install what they need first. No Cloudflare account is needed.
+Both install what they need first${postgres ? " (Debian's `postgresql` too)" : ""}. No Cloudflare account is needed.
 The build's warning that the \`target_features\` section is missing is
 harmless: \`strip = true\` drops it with the function names (56 KB gzipped).
 ${dashboard ? "\nThe dashboard is at <http://localhost:8787/admin> (token: `ADMIN_TOKEN` in\n`.dev.vars`).\n" : ""}
@@ -110,9 +135,7 @@ ${dashboard ? "\nThe dashboard is at <http://localhost:8787/admin> (token: `ADMI
 make deploy
 \`\`\`
 
-It logs you in, creates the D1 database, queues and secrets, applies the
-migrations and deploys. It asks for each source's secret.
-
+${postgres ? postgresDeploy(name) : "It logs you in, creates the D1 database, queues and secrets, applies the\nmigrations and deploys. It asks for each source's secret.\n"}
 ## Make it yours
 
 ${recipes.join("\n")}

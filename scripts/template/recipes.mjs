@@ -2,7 +2,9 @@
 // data, so that the copy's README shows them (readme.mjs) and
 // `make template-check` applies them to generated copies and runs the
 // copies' tests (apply-recipe.mjs). A step writes a file, adds a line after
-// another, or deletes a file or lines.
+// another, or deletes a file or lines; a step with a `store` is for a copy
+// whose effects commit there (`d1` or `postgres`), and a migration's `dir`
+// is migrations-postgres/ for Postgres's.
 
 const INVOICES_RS = `//! Stripe \`invoice.paid\` → \`invoices\`, and one email to the customer.
 
@@ -61,8 +63,50 @@ CREATE TABLE invoices (
 ) WITHOUT ROWID;
 `;
 
-// The recipe's own proof, added to the copy by make template-check (not a
-// step: the README's reader tests by hand, or writes a test like it).
+// Its table in a copy whose effects commit in Postgres.
+const INVOICES_PG_SQL = `-- invoice.paid (src/effects/invoices.rs): one row per invoice.
+CREATE TABLE invoices (
+    id          TEXT PRIMARY KEY,
+    status      TEXT   NOT NULL,
+    amount_paid BIGINT NOT NULL, -- minor units (cents)
+    currency    TEXT   NOT NULL,
+    updated_at  BIGINT NOT NULL
+);
+`;
+// Its test, on Postgres, and on D1.
+const INVOICES_PG_TEST = `// invoice.paid: 20 concurrent copies, one row in Postgres, one email.
+// tests/support/ has the worker with its effects in a fresh database of a
+// local Postgres (freshDatabase, migrations-postgres/ applied;
+// startPostgresWorker) and the signers (stripeHeaders).
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+
+import { freshDatabase, startPostgresWorker } from "./support/postgres.mjs";
+import { eventually } from "./support/worker.mjs";
+import { stripeHeaders, uniqueId } from "./support/sign.mjs";
+
+let pg;
+let w;
+before(async () => {
+  pg = freshDatabase();
+  w = await startPostgresWorker(pg, { STRIPE_WEBHOOK_SECRET: "whsec_recipe", EMAIL_API_URL: "http://email.test" });
+});
+after(() => w?.dispose());
+
+test("invoice.paid: one invoice row and one email, however many copies", async () => {
+  const id = uniqueId("evt");
+  const invoice = uniqueId("in");
+  const object = { id: invoice, customer_email: "payer@example.com", amount_paid: 1999, currency: "usd" };
+  const body = JSON.stringify({ id, type: "invoice.paid", created: 1, data: { object } });
+  const send = () => w.post("/webhooks/stripe", body, stripeHeaders(body, "whsec_recipe")).then((r) => r.json());
+  const replies = await Promise.all(Array.from({ length: 20 }, send));
+  assert.equal(replies.filter((r) => r.outcome === "processed").length, 1);
+  assert.deepEqual(pg.query(\`SELECT amount_paid FROM invoices WHERE id = '\${invoice}'\`), [["1999"]]);
+  await eventually(() => w.target.to("http://email.test/").some((c) => c.body.includes(invoice)), 10_000, "the email");
+  await new Promise((r) => setTimeout(r, 1_500)); // a second email would land meanwhile
+  assert.equal(w.target.to("http://email.test/").filter((c) => c.body.includes(invoice)).length, 1);
+});
+`;
 const INVOICES_TEST = `// invoice.paid: 20 concurrent copies, one row, one email. tests/support/
 // has the worker (startWorker: the built wasm in the local runtime, with
 // real D1, Durable Objects and Queues, and a fake target for every call)
@@ -161,6 +205,9 @@ mod tests {
 }
 `;
 
+/** Whether `step` is for `copy` (its store `d1` unless it says `postgres`). */
+export const forCopy = (copy) => (step) => !step.store || step.store === (copy.store ?? "d1");
+
 export const RECIPES = [
   {
     id: "a",
@@ -174,8 +221,10 @@ export const RECIPES = [
       { write: "src/effects/invoices.rs", text: INVOICES_RS, say: "The effect, in a new file `src/effects/invoices.rs`:" },
       { insert: "src/effects/mod.rs", after: /^use webhook_engine::effects::Effects;$/m, before: true, text: "mod invoices;\n\n", say: "Its `mod` line in `src/effects/mod.rs`, above the `use` lines:" },
       { insert: "src/effects/mod.rs", after: /^ {4}\/\/ \(provider, event type, planner\): one line per effect\.$/m, text: '    ("stripe", "invoice.paid", invoices::paid),\n', say: "Its line in `EFFECTS`, in the same file:" },
-      { migration: "invoices", text: INVOICES_SQL, say: "Its table, in a new migration `migrations/NNNN_invoices.sql`, numbered after the last one (`npx wrangler d1 migrations create DB invoices` makes it; `make dev` and `make deploy` apply it):" },
-      { write: "tests/invoices.test.mjs", text: INVOICES_TEST, say: "Its test, in a new file `tests/invoices.test.mjs` (`make test` runs it):" },
+      { migration: "invoices", store: "d1", text: INVOICES_SQL, say: "Its table, in a new migration `migrations/NNNN_invoices.sql`, numbered after the last one (`npx wrangler d1 migrations create DB invoices` makes it; `make dev` and `make deploy` apply it):" },
+      { migration: "invoices", dir: "migrations-postgres", store: "postgres", text: INVOICES_PG_SQL, say: "Its table, in a new migration `migrations-postgres/NNNN_invoices.sql`, numbered after the last one (`make dev` applies it to the local cluster, `make deploy` to your database):" },
+      { write: "tests/invoices.test.mjs", store: "d1", text: INVOICES_TEST, say: "Its test, in a new file `tests/invoices.test.mjs` (`make test` runs it):" },
+      { write: "tests/invoices.test.mjs", store: "postgres", text: INVOICES_PG_TEST, say: "Its test, in a new file `tests/invoices.test.mjs`, against a local Postgres (`make test` runs it):" },
     ],
     outro:
       "The email goes to `EMAIL_API_URL` (Resend's API shape) with the secret `EMAIL_API_KEY`,\n" +
@@ -209,6 +258,7 @@ export const RECIPES = [
       { delete: "tests/subscriptions.test.mjs" },
       { cut: "src/effects/mod.rs", pattern: /^mod subscriptions;\n|^ {4}\("stripe", "customer\.subscription\.[a-z]+", subscriptions::set_state\),\n/gm, say: "In `src/effects/mod.rs`, delete `mod subscriptions;` and the two lines of `EFFECTS` that name `subscriptions::set_state`." },
       { migration: "drop_subscriptions", text: "-- The subscriptions demo is gone.\nDROP TABLE IF EXISTS subscriptions;\n", say: "Drop its table in a new migration `migrations/NNNN_drop_subscriptions.sql`, numbered after the last one:" },
+      { migration: "drop_subscriptions", dir: "migrations-postgres", store: "postgres", text: "-- The subscriptions demo is gone.\nDROP TABLE IF EXISTS subscriptions;\n", say: "And in Postgres, in a new migration `migrations-postgres/NNNN_drop_subscriptions.sql`:" },
     ],
   },
 ];

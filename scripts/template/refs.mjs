@@ -12,7 +12,7 @@ import { dirname, join, normalize, relative } from "node:path";
 import { RECIPES } from "./recipes.mjs";
 
 /** The template's top-level folders: a path starting with one must exist. */
-const FOLDERS = ["src", "crates", "tests", "docs", "scripts", "migrations", "bench", "fuzz", "soak", "cli", ".github"];
+const FOLDERS = ["src", "crates", "tests", "docs", "scripts", "migrations", "migrations-postgres", "bench", "fuzz", "soak", "cli", ".github"];
 const SKIP = new Set(["node_modules", "target", "build", ".git", ".wrangler"]);
 /** What a run makes, so no checkout has it before one. */
 const OUTPUTS = new Set(["tests/artifacts/"]);
@@ -112,7 +112,7 @@ export function danglingRefs(dir, made = () => false) {
 
 const steps = RECIPES.flatMap((recipe) => recipe.steps);
 const writes = new Set(steps.map((step) => step.write).filter(Boolean));
-const migrations = new RegExp(`^migrations/\\d{4}_(${steps.map((step) => step.migration).filter(Boolean).join("|")})\\.sql$`);
+const migrations = new RegExp(`^migrations(-postgres)?/\\d{4}_(${steps.map((step) => step.migration).filter(Boolean).join("|")})\\.sql$`);
 
 /** Whether `path` is a file the recipes tell a person to make. */
 export const recipeMade = (path) => writes.has(path) || migrations.test(path);

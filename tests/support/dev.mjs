@@ -53,14 +53,15 @@ export function freePort() {
  * Starts `node scripts/dev.mjs` in its own process group and resolves once
  * wrangler says it is ready; `vars` are the worker's, `env` the runner's
  * (e.g. `DEV_LOG_TICKS`). `script` is another runner taking the same flags
- * (the benchmarks' reference gateway). `store: "postgres"` passes
- * `--store postgres` (its cluster from `env`'s PG_DIR, PG_PORT, PG_DB).
+ * (the benchmarks' reference gateway). dev.mjs's store is D1 unless
+ * `store` says "postgres" (its cluster from `env`'s PG_DIR, PG_PORT, PG_DB).
  * `kill()` SIGKILLs the whole group (runner, wrangler, workerd): a crash,
  * with no chance to flush anything.
  */
 export async function startDev({ port, persistTo, envFile, vars = {}, env = {}, readyMs = 180_000, script = "scripts/dev.mjs", store }) {
   const args = [script, "--port", String(port), "--persist-to", persistTo, "--env-file", envFile];
-  if (store) args.push("--store", store);
+  // needs: postgres
+  if (script === "scripts/dev.mjs") args.push("--store", store ?? "d1");
   for (const [name, value] of Object.entries(vars)) args.push("--var", `${name}:${value}`);
   const child = spawn("node", args, { env: { ...ENV, ...env }, detached: true, stdio: ["ignore", "pipe", "pipe"] });
   groups.add(child.pid);

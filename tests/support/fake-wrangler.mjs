@@ -4,6 +4,7 @@
 // each call (arguments and stdin) in $FAKE_WRANGLER_LOG and answers like
 // wrangler 4.86 (the shapes of `whoami --json`, `d1 list --json`,
 // `d1 create`, `d1 execute --remote --command=`, `queues list`,
+// `hyperdrive list`, `hyperdrive create`,
 // `secret list`, `secret bulk`, `deploy`, and their errors), keeping the
 // account's state in $FAKE_WRANGLER_STATE. $FAKE_LOGGED_IN=1: a session
 // exists; $FAKE_FAIL: a command that fails; $FAKE_FAIL_SQL: a `d1 execute`
@@ -102,6 +103,29 @@ switch (true) {
     }
     save();
     console.log(`🌀 Executing on remote database DB (${remoteDatabase()}):\n🚣 Executed ${sql.split(";").length - 1} commands in 12.34ms`);
+    break;
+  }
+  // needs: postgres
+  case command === "hyperdrive list": {
+    const rows = [["id", "name", "user", "host", "port", "scheme", "database", "caching"]].concat(
+      (state.hyperdrives ?? []).map((h) => [h.id, h.name, h.user, h.host, h.port, "PostgreSQL", h.database, h.caching ? "enabled" : "disabled"]),
+    );
+    const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)) + 2);
+    const line = (l, m, r) => l + widths.map((w) => "─".repeat(w)).join(m) + r;
+    const row = (cells) => `│${cells.map((c, i) => ` ${c.padEnd(widths[i] - 1)}`).join("│")}│`;
+    console.log(`📋 Listing Hyperdrive configs\n${[line("┌", "┬", "┐"), row(rows[0]), line("├", "┼", "┤"), ...rows.slice(1).map(row), line("└", "┴", "┘")].join("\n")}`);
+    break;
+  }
+  // needs: postgres
+  case command.startsWith("hyperdrive create "): {
+    const name = args[2];
+    const url = new URL(args.find((a) => a.startsWith("--connection-string="))?.slice("--connection-string=".length) ?? fail("Invalid connection string"));
+    const id = randomUUID().replaceAll("-", "");
+    const origin = { user: url.username, host: url.hostname, port: url.port || "5432", database: url.pathname.slice(1) };
+    state.hyperdrives = [...(state.hyperdrives ?? []), { id, name, ...origin, caching: !args.includes("--caching-disabled") }];
+    save();
+    console.log(`🚧 Creating '${name}'\n✅ Created new Hyperdrive PostgreSQL config: ${id}`);
+    console.log(`To access your new Hyperdrive Config in your Worker, add the following snippet to your configuration file:\n[[hyperdrive]]\nbinding = "HYPERDRIVE"\nid = "${id}"`);
     break;
   }
   case command === "secret list":

@@ -1,3 +1,4 @@
+// needs: postgres
 // A real Postgres for the tests of STORE = "postgres": one cluster under
 // .wrangler/postgres-test (scripts/postgres.sh), a fresh database per
 // worker started, and the built postgres variant of the worker in workerd
@@ -10,7 +11,10 @@ import { startWorker } from "./worker.mjs";
 createRequire(import.meta.url)("../../scripts/hyperdrive-guard.cjs");
 
 export const POSTGRES_BUILD = "target/variants/postgres/index.js";
-const CLUSTER = { PG_DIR: `${process.cwd()}/.wrangler/postgres-test`, PG_PORT: "5434" };
+// A port of this checkout's own (from its path), so that two checkouts'
+// test runs never meet on one.
+const PORT = 20000 + ([...process.cwd()].reduce((hash, c) => (hash * 31 + c.charCodeAt(0)) >>> 0, 7) % 10000);
+export const CLUSTER = { PG_DIR: `${process.cwd()}/.wrangler/postgres-test`, PG_PORT: String(PORT) };
 let databases = 0;
 
 /** Runs scripts/postgres.sh with `args` on the test cluster (and `db`). */

@@ -100,6 +100,9 @@ export async function startWorker(vars = {}, options = {}) {
           // As in .dev.vars.example: an unset target is skipped, not failed.
           SIDE_EFFECTS: "log",
           EFFECT_RETRY_BASE_MS: "200",
+          // needs: postgres
+          // D1, unless a test says otherwise (tests/support/postgres.mjs).
+          STORE: "d1",
           ...vars,
           ...more,
         },

@@ -1,0 +1,128 @@
+// needs: postgres
+// `make deploy`'s step for effects in Postgres (STORE = "postgres" and a
+// [[hyperdrive]] binding in wrangler.toml; docs/postgres.md):
+// - the connection string: POSTGRES_URL, or asked at the terminal (not
+//   echoed); needed to create the config, optional once it exists;
+// - migrations-postgres/ applied to that database with psql, each file once
+//   in one transaction (scripts/postgres.sh migrate), the password in
+//   psql's environment, never on its command line;
+// - the Hyperdrive config: found by id or name (`{worker}-postgres`), or
+//   created with caching disabled (a webhook's reads must see the last
+//   commit), its id written into wrangler.toml. wrangler takes the
+//   connection string on its command line, the only way it has; it never
+//   reaches the output.
+// `node scripts/deploy-postgres.mjs migrate` applies the migrations alone,
+// to POSTGRES_URL (the deploy workflow's step).
+import { spawnSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+
+const fail = (message) => {
+  console.error(`deploy: ${message}`);
+  process.exit(1);
+};
+
+/**
+ * libpq's environment for a postgres:// URL, nothing of it on a command
+ * line; a URL it cannot read stops here, without being echoed. TLS is
+ * required unless the URL's `sslmode` or PGSSLMODE says otherwise.
+ */
+export function libpqEnv(url, stop = fail) {
+  let u;
+  try {
+    u = new URL(url);
+  } catch {
+    return stop("POSTGRES_URL is not a URL: percent-encode any / # ? @ : in the user name or password");
+  }
+  if (!/^postgres(ql)?:$/.test(u.protocol) || !u.hostname || !u.username || !u.password) {
+    return stop("POSTGRES_URL must be postgres://user:password@host:port/database");
+  }
+  const params = Object.fromEntries(u.searchParams);
+  return {
+    PGHOST: u.hostname.replace(/^\[|\]$/g, ""),
+    PGPORT: u.port || "5432",
+    PGUSER: decodeURIComponent(u.username),
+    PGPASSWORD: decodeURIComponent(u.password),
+    PGDATABASE: decodeURIComponent(u.pathname.slice(1)) || "postgres",
+    PGSSLMODE: params.sslmode ?? process.env.PGSSLMODE ?? "require",
+    ...(params.sslrootcert ? { PGSSLROOTCERT: params.sslrootcert } : {}),
+  };
+}
+
+/** Applies migrations-postgres/ to the database of `url`; stops on a failure, the URL never shown. */
+export function migrate(url, stop = fail) {
+  const migrated = spawnSync("sh", ["scripts/postgres.sh", "migrate"], {
+    env: { ...process.env, ...libpqEnv(url, stop), PG_REMOTE: "1", POSTGRES_URL: "" },
+    encoding: "utf8",
+    stdio: ["ignore", "inherit", "pipe"],
+  });
+  if (migrated.status !== 0) stop(`migrations-postgres/ could not be applied (psql: ${migrated.stderr.replaceAll(url, "<POSTGRES_URL>").trim()})`);
+  console.log("Postgres: migrations-postgres/ applied");
+}
+
+/**
+ * The step, for each [[hyperdrive]] binding (one, HYPERDRIVE). `wrangler`,
+ * `must`, `stop` and `tableRows` are deploy.mjs's; `question` asks at a
+ * terminal (undefined without one).
+ */
+export async function deployPostgres({ config, configPath, wrangler, must, stop, tableRows, question }) {
+  let url = process.env.POSTGRES_URL;
+  // No later command (wrangler deploy, the build) inherits it.
+  delete process.env.POSTGRES_URL;
+  for (const binding of config.hyperdrive ?? []) {
+    const name = `${config.name}-postgres`;
+    const rows = tableRows(must(["hyperdrive", "list"]));
+    const listed = rows.find((row) => row.id === binding.id) ?? rows.find((row) => row.name === name);
+    if (!url && question) {
+      const hint = listed ? " [Enter: skip the migrations]" : "";
+      url = await question(`POSTGRES_URL, your Postgres's connection string (postgres://user:password@host:5432/db)${hint}: `, { secret: true });
+    }
+    if (!url && !listed) stop(`no Hyperdrive config ${name} yet: give your Postgres's connection string in POSTGRES_URL (or at a terminal)`);
+    if (url) {
+      const origin = libpqEnv(url, stop);
+      // The config must reach the database the migrations go to.
+      const same = !listed || (listed.host === origin.PGHOST && listed.port === origin.PGPORT && listed.user === origin.PGUSER && listed.database === origin.PGDATABASE);
+      if (!same) {
+        stop(`Hyperdrive ${listed.name} points at ${listed.user}@${listed.host}:${listed.port}/${listed.database}, not at POSTGRES_URL's database: \`npx wrangler hyperdrive update ${listed.id} --connection-string=…\`, or give its own URL`);
+      }
+      migrate(url, stop);
+    } else {
+      console.log("Postgres: migrations-postgres/ not applied (give POSTGRES_URL to apply them)");
+    }
+
+    let id = listed?.id;
+    if (id) {
+      console.log(`Hyperdrive ${listed.name}: exists (${id})`);
+      if (listed.caching !== "disabled") {
+        console.log(`  caching is ${listed.caching}: turn it off, \`npx wrangler hyperdrive update ${id} --caching-disabled\` (docs/postgres.md)`);
+      }
+    } else {
+      const args = ["hyperdrive", "create", name, `--connection-string=${url}`, "--caching-disabled"];
+      const created = wrangler(args, { input: "", quiet: true });
+      const output = `${created.out}\n${created.err}`.replaceAll(url, "<POSTGRES_URL>");
+      id = created.out.match(/config: ([0-9a-f]{32})/)?.[1];
+      if (!created.ok || !id) stop(`\`wrangler hyperdrive create ${name}\` failed:\n${output.trim()}`);
+      console.log(`Hyperdrive ${name}: created (${id}), caching disabled`);
+    }
+    if (binding.id !== id) writeHyperdriveId(configPath, binding.binding, id, stop);
+  }
+}
+
+/** Writes `id` into the [[hyperdrive]] entry of `binding` (its lines up to the next table). */
+function writeHyperdriveId(path, binding, id, stop) {
+  const toml = readFileSync(path, "utf8");
+  const blocks = toml.split(/(?=^\[)/m);
+  const updated = blocks
+    .map((block) =>
+      block.startsWith("[[hyperdrive]]") && new RegExp(`^binding\\s*=\\s*"${binding}"`, "m").test(block)
+        ? block.replace(/^id\s*=\s*".*"$/m, `id = "${id}"`)
+        : block,
+    )
+    .join("");
+  if (!updated.includes(`id = "${id}"`)) stop(`no id line for the Hyperdrive binding ${binding} in ${path}: add \`id = "${id}"\``);
+  if (updated !== toml) writeFileSync(path, updated);
+}
+
+if (import.meta.url === `file://${process.argv[1]}` && process.argv[2] === "migrate") {
+  if (!process.env.POSTGRES_URL) fail("migrate: set POSTGRES_URL");
+  migrate(process.env.POSTGRES_URL);
+}
