@@ -8,7 +8,8 @@
 #   written (scripts/template/apply-recipe.mjs);
 # - then its whole test suite (`make test` but the installs: lint with
 #   warnings as errors, host tests, wasm builds, deploy validation, end to
-#   end in workerd).
+#   end in workerd); a Postgres copy then runs under its make dev runner
+#   through storms and a Postgres restart (scripts/template/dev-check.mjs).
 # - the upgrade drill, on the first copy: after its recipes, `make upgrade`
 #   to an engine changed in a test-only way (one new migration, and the
 #   answer to `GET /`), then its suite, with a test that sees both, passes
@@ -156,6 +157,9 @@ check() {
     grep -q "^build-minimal:" Makefile && TARGETS="lint unit build-minimal build config-check e2e"
     # shellcheck disable=SC2086
     make $TARGETS
+    # A Postgres copy under its own make dev: storms, a Postgres restart,
+    # the rows counted with psql.
+    [ "$STORE" != postgres ] || node "$ROOT/scripts/template/dev-check.mjs" || fail "make dev on Postgres"
     size=$(gzip -9 -c build/index_bg.wasm | wc -c)
     echo "template-check: $NAME ($PROVIDERS; demos $DEMOS; dashboard $DASHBOARD; store $STORE; recipes:$RECIPES) passed in $(($(date +%s) - started)) s; its wasm: $size bytes gzipped"
 }

@@ -240,3 +240,21 @@ test("migrations-postgres/ holds the engine's Postgres schema as the engine ship
     assert.equal(readFileSync(`migrations-postgres/${file}`, "utf8"), readFileSync(`crates/engine/migrations-postgres/${file}`, "utf8"), file);
   }
 });
+
+// needs: postgres
+test("a copy with migrations-postgres/ gets the engine's new Postgres migration after its own; one without gets none", () => {
+  const dir = copy();
+  cpSync("crates/engine/migrations-postgres", join(dir, "migrations-postgres"), { recursive: true });
+  writeFileSync(join(dir, "migrations-postgres", "0002_invoices.sql"), "CREATE TABLE invoices (id TEXT PRIMARY KEY);\n");
+  const engine = newer();
+  const pgNext = String(readdirSync(join(engine, "migrations-postgres")).length + 1).padStart(4, "0");
+  writeFileSync(join(engine, "migrations-postgres", `${pgNext}_engine_drill.sql`), "CREATE TABLE IF NOT EXISTS engine_drill (x BIGINT);\n");
+  const run = upgrade(dir, engine);
+  assert.equal(run.status, 0, run.stderr);
+  assert.deepEqual(readdirSync(join(dir, "migrations-postgres")).sort(), ["0001_engine_schema.sql", "0002_invoices.sql", "0003_engine_drill.sql"]);
+  assert.match(run.stdout, /migrations-postgres\/0003_engine_drill\.sql/);
+  // A D1 copy: no folder made for it.
+  const d1 = copy();
+  assert.equal(upgrade(d1, engine).status, 0);
+  assert.ok(!existsSync(join(d1, "migrations-postgres")));
+});
