@@ -14,7 +14,8 @@
 // `node scripts/deploy-postgres.mjs migrate` applies the migrations alone,
 // to POSTGRES_URL (the deploy workflow's step).
 import { spawnSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { pathToFileURL } from "node:url";
 
 const fail = (message) => {
   console.error(`deploy: ${message}`);
@@ -27,31 +28,41 @@ const fail = (message) => {
  * required unless the URL's `sslmode` or PGSSLMODE says otherwise.
  */
 export function libpqEnv(url, stop = fail) {
-  let u;
+  let origin;
   try {
-    u = new URL(url);
+    const u = new URL(url);
+    const params = Object.fromEntries(u.searchParams);
+    origin = {
+      PGHOST: hostOf(u.hostname),
+      PGPORT: u.port || "5432",
+      PGUSER: decodeURIComponent(u.username),
+      PGPASSWORD: decodeURIComponent(u.password),
+      PGDATABASE: decodeURIComponent(u.pathname.slice(1)),
+      PGSSLMODE: params.sslmode ?? "require",
+      PGCONNECT_TIMEOUT: "15",
+      ...(params.sslrootcert ? { PGSSLROOTCERT: params.sslrootcert } : {}),
+      ok: /^postgres(ql)?:$/.test(u.protocol),
+    };
   } catch {
-    return stop("POSTGRES_URL is not a URL: percent-encode any / # ? @ : in the user name or password");
+    return stop("POSTGRES_URL is not a URL: percent-encode any / # ? @ : % in the user name or password");
   }
-  if (!/^postgres(ql)?:$/.test(u.protocol) || !u.hostname || !u.username || !u.password) {
+  const { ok, ...env } = origin;
+  if (!ok || !env.PGHOST || !env.PGUSER || !env.PGPASSWORD || !env.PGDATABASE) {
     return stop("POSTGRES_URL must be postgres://user:password@host:port/database");
   }
-  const params = Object.fromEntries(u.searchParams);
-  return {
-    PGHOST: u.hostname.replace(/^\[|\]$/g, ""),
-    PGPORT: u.port || "5432",
-    PGUSER: decodeURIComponent(u.username),
-    PGPASSWORD: decodeURIComponent(u.password),
-    PGDATABASE: decodeURIComponent(u.pathname.slice(1)) || "postgres",
-    PGSSLMODE: params.sslmode ?? process.env.PGSSLMODE ?? "require",
-    ...(params.sslrootcert ? { PGSSLROOTCERT: params.sslrootcert } : {}),
-  };
+  return env;
 }
+
+/** A host as compared: lower case, an IPv6 address without its brackets. */
+const hostOf = (host) => host.replace(/^\[|\]$/g, "").toLowerCase();
+
+/** This environment without libpq's own variables (PGHOSTADDR, PGOPTIONS, …): only the URL's reach psql. */
+const withoutLibpq = (env) => Object.fromEntries(Object.entries(env).filter(([name]) => !name.startsWith("PG")));
 
 /** Applies migrations-postgres/ to the database of `url`; stops on a failure, the URL never shown. */
 export function migrate(url, stop = fail) {
   const migrated = spawnSync("sh", ["scripts/postgres.sh", "migrate"], {
-    env: { ...process.env, ...libpqEnv(url, stop), PG_REMOTE: "1", POSTGRES_URL: "" },
+    env: { ...withoutLibpq(process.env), ...libpqEnv(url, stop), PG_REMOTE: "1", POSTGRES_URL: "" },
     encoding: "utf8",
     stdio: ["ignore", "inherit", "pipe"],
   });
@@ -64,11 +75,12 @@ export function migrate(url, stop = fail) {
  * `must`, `stop` and `tableRows` are deploy.mjs's; `question` asks at a
  * terminal (undefined without one).
  */
-export async function deployPostgres({ config, configPath, wrangler, must, stop, tableRows, question }) {
+export async function deployPostgres({ config, configPath, wrangler, must, stop, tableRows, question, migrationsOnly }) {
   let url = process.env.POSTGRES_URL;
   // No later command (wrangler deploy, the build) inherits it.
   delete process.env.POSTGRES_URL;
-  for (const binding of config.hyperdrive ?? []) {
+  const skip = process.env.POSTGRES_MIGRATIONS === "skip";
+  for (const binding of (config.hyperdrive ?? []).filter((h) => h.binding === "HYPERDRIVE")) {
     const name = `${config.name}-postgres`;
     const rows = tableRows(must(["hyperdrive", "list"]));
     const listed = rows.find((row) => row.id === binding.id) ?? rows.find((row) => row.name === name);
@@ -79,14 +91,20 @@ export async function deployPostgres({ config, configPath, wrangler, must, stop,
     if (!url && !listed) stop(`no Hyperdrive config ${name} yet: give your Postgres's connection string in POSTGRES_URL (or at a terminal)`);
     if (url) {
       const origin = libpqEnv(url, stop);
-      // The config must reach the database the migrations go to.
-      const same = !listed || (listed.host === origin.PGHOST && listed.port === origin.PGPORT && listed.user === origin.PGUSER && listed.database === origin.PGDATABASE);
+      // The config must reach the database the migrations go to (one
+      // through Cloudflare Access lists no port, and is not compared).
+      const same =
+        !listed?.port ||
+        (hostOf(listed.host) === origin.PGHOST && listed.port === origin.PGPORT && listed.user === origin.PGUSER && listed.database === origin.PGDATABASE);
       if (!same) {
         stop(`Hyperdrive ${listed.name} points at ${listed.user}@${listed.host}:${listed.port}/${listed.database}, not at POSTGRES_URL's database: \`npx wrangler hyperdrive update ${listed.id} --connection-string=…\`, or give its own URL`);
       }
       migrate(url, stop);
-    } else {
+    } else if (question || skip) {
+      // Enter at the terminal, or POSTGRES_MIGRATIONS=skip: said on purpose.
       console.log("Postgres: migrations-postgres/ not applied (give POSTGRES_URL to apply them)");
+    } else {
+      stop(`migrations-postgres/ needs POSTGRES_URL${migrationsOnly ? "" : " (or POSTGRES_MIGRATIONS=skip to deploy without applying them)"}`);
     }
 
     let id = listed?.id;
@@ -97,7 +115,12 @@ export async function deployPostgres({ config, configPath, wrangler, must, stop,
       }
     } else {
       const args = ["hyperdrive", "create", name, `--connection-string=${url}`, "--caching-disabled"];
-      const created = wrangler(args, { input: "", quiet: true });
+      // Nothing wrangler writes keeps the command line or the request body:
+      // no output file (it records argv), and its debug log sanitized.
+      const env = { ...process.env, WRANGLER_LOG_SANITIZE: "true" };
+      delete env.WRANGLER_OUTPUT_FILE_PATH;
+      delete env.WRANGLER_OUTPUT_FILE_DIRECTORY;
+      const created = wrangler(args, { input: "", quiet: true, env });
       const output = `${created.out}\n${created.err}`.replaceAll(url, "<POSTGRES_URL>");
       id = created.out.match(/config: ([0-9a-f]{32})/)?.[1];
       if (!created.ok || !id) stop(`\`wrangler hyperdrive create ${name}\` failed:\n${output.trim()}`);
@@ -122,7 +145,9 @@ function writeHyperdriveId(path, binding, id, stop) {
   if (updated !== toml) writeFileSync(path, updated);
 }
 
-if (import.meta.url === `file://${process.argv[1]}` && process.argv[2] === "migrate") {
+const main = process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href;
+if (main) {
+  if (process.argv[2] !== "migrate") fail("usage: POSTGRES_URL=… node scripts/deploy-postgres.mjs migrate");
   if (!process.env.POSTGRES_URL) fail("migrate: set POSTGRES_URL");
   migrate(process.env.POSTGRES_URL);
 }

@@ -48,10 +48,11 @@ const stepwise = argv.includes("--stepwise") ? basename(argv[argv.indexOf("--ste
 /** Runs wrangler; its output is returned (and shown when `show`; its
  * errors are shown unless `quiet`). `terminal`: wrangler has the terminal
  * (a login), and nothing is captured. */
-function wrangler(args, { input, show = false, quiet = false, terminal = false } = {}) {
+function wrangler(args, { input, show = false, quiet = false, terminal = false, env } = {}) {
   const result = spawnSync("wrangler", args, {
     encoding: "utf8",
     input,
+    env,
     stdio: terminal
       ? "inherit"
       : [input === undefined ? "inherit" : "pipe", "pipe", quiet ? "pipe" : "inherit"],
@@ -145,7 +146,7 @@ for (const db of config.d1_databases) {
 // 2b. Effects in Postgres (STORE = "postgres"): its migrations and the
 // Hyperdrive config (scripts/deploy-postgres.mjs); make migrate too.
 if (config.vars.STORE === "postgres") {
-  await deployPostgres({ config, configPath: CONFIG_PATH, wrangler, must, stop, tableRows, question: ask ? question : undefined });
+  await deployPostgres({ config, configPath: CONFIG_PATH, wrangler, must, stop, tableRows, question: ask ? question : undefined, migrationsOnly });
 }
 if (migrationsOnly) process.exit(0);
 

@@ -46,7 +46,7 @@ psql_db() {
         # no startup options, which some poolers refuse.
         psql -X -q -w -v ON_ERROR_STOP=1 "$@"
     else
-        PGOPTIONS="-c client_min_messages=warning" PGPASSWORD=$PASSWORD psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d "$DB" "$@"
+        PGSSLMODE=disable PGOPTIONS="-c client_min_messages=warning" PGPASSWORD=$PASSWORD psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d "$DB" "$@"
     fi
 }
 
@@ -73,9 +73,9 @@ start() {
         # (make dev, a test) leaves it running.
         owner setsid "$BIN/pg_ctl" -D "$DIR" -l "$DIR/server.log" -w -o "-p $PORT -k '' -c listen_addresses=127.0.0.1" start >/dev/null 9>&-
     fi
-    if ! PGPASSWORD=$PASSWORD psql -X -tA -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d postgres \
+    if ! PGSSLMODE=disable PGPASSWORD=$PASSWORD psql -X -tA -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d postgres \
         -c "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1; then
-        PGPASSWORD=$PASSWORD psql -X -q -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d postgres -c "CREATE DATABASE \"$DB\""
+        PGSSLMODE=disable PGPASSWORD=$PASSWORD psql -X -q -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d postgres -c "CREATE DATABASE \"$DB\""
     fi
     migrate
 }

@@ -35,6 +35,9 @@ fi
 node scripts/template/recipes-doc.mjs
 
 WORK=$(mktemp -d)
+# Open to others: as root, the Postgres copy's clusters run as the user
+# postgres, which must reach them.
+chmod 755 "$WORK"
 trap 'rm -rf "$WORK"' EXIT
 # The checkout's files, committed or not, without what git ignores (target/,
 # node_modules/, .dev.vars, …).

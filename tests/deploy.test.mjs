@@ -56,9 +56,11 @@ before(() => {
     STRIPE_WEBHOOK_SECRET: "whsec_deploy_test_stripe",
     GITHUB_WEBHOOK_SECRET: "deploy-test-github-secret",
   };
-  for (const name of ["ADMIN_TOKEN", "EMAIL_API_KEY", "NOTIFY_URL", "ALERT_URL", "CLOUDFLARE_ACCOUNT_ID", "CLOUDFLARE_API_TOKEN"]) {
+  for (const name of ["ADMIN_TOKEN", "EMAIL_API_KEY", "NOTIFY_URL", "ALERT_URL", "CLOUDFLARE_ACCOUNT_ID", "CLOUDFLARE_API_TOKEN", "POSTGRES_URL", "POSTGRES_MIGRATIONS"]) {
     delete env[name];
   }
+  // Never a database of the developer's: libpq's variables go too.
+  for (const name of Object.keys(env).filter((name) => name.startsWith("PG"))) delete env[name];
 });
 after(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -312,8 +314,17 @@ describe("effects in Postgres: migrations-postgres/ applied, the Hyperdrive conf
   test("a connection string that is no URL stops it, and is never printed", async () => {
     const { code, out, err } = await run({ POSTGRES_URL: "postgres://app:s3cr/et#x@127.0.0.1/db" });
     assert.notEqual(code, 0);
-    assert.match(err, /percent-encode any \/ # \? @ : in the user name or password/);
+    assert.match(err, /percent-encode any \/ # \? @ : % in the user name or password/);
     assert.ok(!`${out}${err}`.includes("s3cr"), "the password is printed");
+  });
+
+  test("a URL without a database, or with a bare %, stops it before psql runs", async () => {
+    for (const bad of [url.replace(/\/[^/?]+\?/, "/?"), url.replace(/:[^:@/]*@/, ":50%off@")]) {
+      const { code, out, err } = await run({ POSTGRES_URL: bad });
+      assert.notEqual(code, 0);
+      assert.match(err, /POSTGRES_URL (must be postgres:\/\/user:password@host:port\/database|is not a URL)/);
+      assert.ok(!`${out}${err}`.includes("50%off"));
+    }
   });
 
   test("a first deploy applies migrations-postgres/, creates the config without caching, writes its id", async () => {
@@ -329,10 +340,14 @@ describe("effects in Postgres: migrations-postgres/ applied, the Hyperdrive conf
   });
 
   test("again: the config is found, never created twice, and no migration runs twice", async () => {
-    const skipped = await deploy();
+    const refused = await run();
+    assert.notEqual(refused.code, 0);
+    assert.match(refused.err, /migrations-postgres\/ needs POSTGRES_URL \(or POSTGRES_MIGRATIONS=skip/);
+    assert.ok(!refused.commands.includes("deploy"));
+    const skipped = await deploy({ POSTGRES_MIGRATIONS: "skip" });
     assert.match(skipped.out, /migrations-postgres\/ not applied \(give POSTGRES_URL/);
     const again = await deploy({ POSTGRES_URL: url });
-    for (const { commands } of [skipped, again]) assert.ok(!commands.some((c) => c.startsWith("hyperdrive create")));
+    for (const { commands } of [refused, skipped, again]) assert.ok(!commands.some((c) => c.startsWith("hyperdrive create")));
     assert.equal(account().hyperdrives.length, 1);
     // A config that reaches another database is not migrated behind its back.
     const elsewhere = await run({ POSTGRES_URL: url.replace(`/${db}?`, "/another?") });

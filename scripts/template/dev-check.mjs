@@ -12,9 +12,20 @@ import { pathToFileURL } from "node:url";
 
 const { checkoutCompleted, stripeHeaders, uniqueId } = await import(pathToFileURL(`${process.cwd()}/tests/support/sign.mjs`).href);
 
+/** A port nothing listens on now. */
+const freePort = () =>
+  new Promise((resolve) => {
+    const probe = createServer().listen(0, "127.0.0.1", () => {
+      const { port } = probe.address();
+      probe.close(() => resolve(port));
+    });
+  });
+
 const SECRET = "whsec_dev_check_secret";
-const DB = `dev_check_${process.pid}`;
-const PG = { ...process.env, PG_DB: DB };
+// A cluster of its own, on ports of its own: nothing else on this machine
+// (a make dev of another checkout) can answer in its place.
+const PG = { ...process.env, PG_DIR: `${process.cwd()}/.wrangler/dev-check-postgres`, PG_PORT: String(await freePort()), PG_DB: "dev_check" };
+const PORT = await freePort();
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const psql = (sql) => execFileSync("sh", ["scripts/postgres.sh", "psql", "-tA", "-c", sql], { env: PG, encoding: "utf8" }).trim();
 const fail = (why) => {
@@ -33,7 +44,7 @@ const sink = createServer((req, res) => {
 await new Promise((resolve) => sink.listen(0, "127.0.0.1", resolve));
 
 mkdirSync(".wrangler", { recursive: true });
-rmSync(".wrangler/dev-check", { recursive: true, force: true });
+for (const dir of [".wrangler/dev-check", PG.PG_DIR]) rmSync(dir, { recursive: true, force: true });
 const vars = {
   STRIPE_WEBHOOK_SECRET: SECRET,
   EMAIL_API_URL: `http://127.0.0.1:${sink.address().port}`,
@@ -42,10 +53,10 @@ const vars = {
 };
 writeFileSync(".wrangler/dev-check.vars", Object.entries(vars).map(([name, value]) => `${name}=${value}\n`).join(""));
 // The make dev runner, in a process group of its own (runner, wrangler, workerd).
-const args = ["scripts/dev.mjs", "--port", "8797", "--persist-to", ".wrangler/dev-check", "--env-file", ".wrangler/dev-check.vars"];
+const args = ["scripts/dev.mjs", "--port", String(PORT), "--persist-to", ".wrangler/dev-check", "--env-file", ".wrangler/dev-check.vars"];
 const runner = spawn("node", args, { env: PG, detached: true, stdio: ["ignore", "pipe", "pipe"] });
-const dev = { url: "http://127.0.0.1:8797", stop: () => process.kill(-runner.pid, "SIGKILL") };
-await new Promise((resolve, reject) => {
+const url = `http://127.0.0.1:${PORT}`;
+const ready = new Promise((resolve, reject) => {
   let output = "";
   const timer = setTimeout(() => reject(new Error(`make dev not ready in 3 min:\n${output.slice(-2000)}`)), 180_000);
   const onData = (chunk) => {
@@ -63,7 +74,8 @@ await new Promise((resolve, reject) => {
 /** Delivers `body` until it is answered 200, as a provider retries a 503. */
 async function deliver(body) {
   for (let i = 0; i < 60; i++) {
-    const reply = await fetch(`${dev.url}/webhooks/stripe`, { method: "POST", body, headers: stripeHeaders(body, SECRET) }).catch(() => null);
+    const init = { method: "POST", body, headers: stripeHeaders(body, SECRET), signal: AbortSignal.timeout(30_000) };
+    const reply = await fetch(`${url}/webhooks/stripe`, init).catch(() => null);
     if (reply?.status === 200) return (await reply.json()).outcome;
     await reply?.body?.cancel();
     await sleep(1_000);
@@ -72,6 +84,7 @@ async function deliver(body) {
 }
 
 try {
+  await ready;
   const storm = checkoutCompleted({ session: uniqueId("cs") });
   const outcomes = await Promise.all(Array.from({ length: 50 }, () => deliver(storm)));
   const processed = outcomes.filter((o) => o === "processed").length;
@@ -102,7 +115,14 @@ try {
   if (seen.ledger !== want || seen.orders !== want) fail(`expected ${want} ledger rows and orders`);
   if (seen.toHandOff !== 0) fail("rows are left to hand off");
   if (seen.emails !== want || twice) fail(`expected ${want} receipts, each once`);
+} catch (e) {
+  fail(e.message);
 } finally {
-  dev.stop();
+  try {
+    process.kill(-runner.pid, "SIGKILL");
+  } catch {
+    // Gone already.
+  }
+  execFileSync("sh", ["scripts/postgres.sh", "stop"], { env: PG });
   sink.close();
 }
