@@ -244,15 +244,18 @@ test("migrations-postgres/ holds the engine's Postgres schema as the engine ship
 // needs: postgres
 test("a copy with migrations-postgres/ gets the engine's new Postgres migration after its own; one without gets none", () => {
   const dir = copy();
+  const pad = (n) => String(n).padStart(4, "0");
+  const engineFiles = readdirSync("crates/engine/migrations-postgres").sort();
   cpSync("crates/engine/migrations-postgres", join(dir, "migrations-postgres"), { recursive: true });
-  writeFileSync(join(dir, "migrations-postgres", "0002_invoices.sql"), "CREATE TABLE invoices (id TEXT PRIMARY KEY);\n");
+  const own = `${pad(engineFiles.length + 1)}_invoices.sql`;
+  writeFileSync(join(dir, "migrations-postgres", own), "CREATE TABLE invoices (id TEXT PRIMARY KEY);\n");
   const engine = newer();
-  const pgNext = String(readdirSync(join(engine, "migrations-postgres")).length + 1).padStart(4, "0");
-  writeFileSync(join(engine, "migrations-postgres", `${pgNext}_engine_drill.sql`), "CREATE TABLE IF NOT EXISTS engine_drill (x BIGINT);\n");
+  writeFileSync(join(engine, "migrations-postgres", `${pad(engineFiles.length + 1)}_engine_drill.sql`), "CREATE TABLE IF NOT EXISTS engine_drill (x BIGINT);\n");
   const run = upgrade(dir, engine);
   assert.equal(run.status, 0, run.stderr);
-  assert.deepEqual(readdirSync(join(dir, "migrations-postgres")).sort(), ["0001_engine_schema.sql", "0002_invoices.sql", "0003_engine_drill.sql"]);
-  assert.match(run.stdout, /migrations-postgres\/0003_engine_drill\.sql/);
+  const added = `${pad(engineFiles.length + 2)}_engine_drill.sql`;
+  assert.deepEqual(readdirSync(join(dir, "migrations-postgres")).sort(), [...engineFiles, own, added]);
+  assert.match(run.stdout, new RegExp(`migrations-postgres/${added}`));
   // A D1 copy: no folder made for it.
   const d1 = copy();
   assert.equal(upgrade(d1, engine).status, 0);
