@@ -14,7 +14,7 @@
 // `node scripts/deploy-postgres.mjs migrate` applies the migrations alone,
 // to POSTGRES_URL (the deploy workflow's step).
 import { spawnSync } from "node:child_process";
-import { readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { realpathSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 
 const fail = (message) => {
@@ -72,10 +72,10 @@ export function migrate(url, stop = fail) {
 
 /**
  * The step, for each [[hyperdrive]] binding (one, HYPERDRIVE). `wrangler`,
- * `must`, `stop` and `tableRows` are deploy.mjs's; `question` asks at a
+ * `must`, `stop`, `tableRows` and `writeTableField` are deploy.mjs's; `question` asks at a
  * terminal (undefined without one).
  */
-export async function deployPostgres({ config, configPath, wrangler, must, stop, tableRows, question, migrationsOnly }) {
+export async function deployPostgres({ config, wrangler, must, stop, tableRows, writeTableField, question, migrationsOnly }) {
   let url = process.env.POSTGRES_URL;
   // No later command (wrangler deploy, the build) inherits it.
   delete process.env.POSTGRES_URL;
@@ -126,24 +126,10 @@ export async function deployPostgres({ config, configPath, wrangler, must, stop,
       if (!created.ok || !id) stop(`\`wrangler hyperdrive create ${name}\` failed:\n${output.trim()}`);
       console.log(`Hyperdrive ${name}: created (${id}), caching disabled`);
     }
-    if (binding.id !== id) writeHyperdriveId(configPath, binding.binding, id, stop);
+    if (binding.id !== id) writeTableField("hyperdrive", "binding", binding.binding, "id", id);
   }
 }
 
-/** Writes `id` into the [[hyperdrive]] entry of `binding` (its lines up to the next table). */
-function writeHyperdriveId(path, binding, id, stop) {
-  const toml = readFileSync(path, "utf8");
-  const blocks = toml.split(/(?=^\[)/m);
-  const updated = blocks
-    .map((block) =>
-      block.startsWith("[[hyperdrive]]") && new RegExp(`^binding\\s*=\\s*"${binding}"`, "m").test(block)
-        ? block.replace(/^id\s*=\s*".*"$/m, `id = "${id}"`)
-        : block,
-    )
-    .join("");
-  if (!updated.includes(`id = "${id}"`)) stop(`no id line for the Hyperdrive binding ${binding} in ${path}: add \`id = "${id}"\``);
-  if (updated !== toml) writeFileSync(path, updated);
-}
 
 const main = process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href;
 if (main) {

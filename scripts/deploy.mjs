@@ -146,7 +146,7 @@ for (const db of config.d1_databases) {
 // 2b. Effects in Postgres (STORE = "postgres"): its migrations and the
 // Hyperdrive config (scripts/deploy-postgres.mjs); make migrate too.
 if (config.vars.STORE === "postgres") {
-  await deployPostgres({ config, configPath: CONFIG_PATH, wrangler, must, stop, tableRows, question: ask ? question : undefined, migrationsOnly });
+  await deployPostgres({ config, wrangler, must, stop, tableRows, writeTableField, question: ask ? question : undefined, migrationsOnly });
 }
 if (migrationsOnly) process.exit(0);
 
@@ -319,17 +319,25 @@ function keepToken(token) {
 
 /** Writes `id` as the database_id of the [[d1_databases]] entry named `name`. */
 function writeDatabaseId(name, id) {
+  writeTableField("d1_databases", "database_name", name, "database_id", id);
+}
+
+/**
+ * Sets `field = "value"` in the [[table]] entry whose `key` is `match` (its
+ * lines up to the next table), or stops, saying which line to add.
+ */
+function writeTableField(table, key, match, field, value) {
   const toml = readFileSync(CONFIG_PATH, "utf8");
-  const blocks = toml.split(/(?=^\[\[d1_databases\]\])/m);
-  const updated = blocks
+  const updated = toml
+    .split(/(?=^\[)/m)
     .map((block) =>
-      block.startsWith("[[d1_databases]]") && new RegExp(`^database_name\\s*=\\s*"${name}"`, "m").test(block)
-        ? block.replace(/^database_id\s*=\s*".*"$/m, `database_id = "${id}"`)
+      block.startsWith(`[[${table}]]`) && new RegExp(`^${key}\\s*=\\s*"${match}"`, "m").test(block)
+        ? block.replace(new RegExp(`^${field}\\s*=\\s*".*"$`, "m"), `${field} = "${value}"`)
         : block,
     )
     .join("");
-  if (!new RegExp(`^database_id = "${id}"$`, "m").test(updated)) {
-    stop(`no database_id line for ${name} in ${CONFIG_PATH}: add \`database_id = "${id}"\``);
+  if (!new RegExp(`^${field} = "${value}"$`, "m").test(updated)) {
+    stop(`no ${field} line for ${match} in ${CONFIG_PATH}: add \`${field} = "${value}"\``);
   }
   if (updated !== toml) writeFileSync(CONFIG_PATH, updated);
 }
