@@ -9,21 +9,24 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 # wrangler's debug log (every line it logs) in the project's ignored state,
 # not ~/.config/.wrangler/logs; scripts/setup.sh prunes it.
 export WRANGLER_LOG_PATH := $(CURDIR)/.wrangler/logs
+# make dev's port.
+PORT ?= 8787
 # A build with fewer providers (and neither admin surface), checked too.
 MINIMAL := stripe,github
 # needs: postgres, d1
 # The build whose effects may commit in Postgres (docs/postgres.md).
 POSTGRES := stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,generic-hmac,admin,dashboard,postgres
 
-.PHONY: dev sink test setup setup-test build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench
+.PHONY: dev sink test test-copies setup setup-test setup-template build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench
 
-## Serve the worker on http://localhost:8787 with local D1, Durable Objects
-## and Queues (state in .wrangler/), secrets from .dev.vars, and the cron
-## relay ticking as deployed (scripts/dev.mjs).
+## Serve the worker on http://localhost:$(PORT) with local D1, Durable
+## Objects and Queues (state in .wrangler/), secrets from .dev.vars, and the
+## cron relay ticking as deployed (scripts/dev.mjs). `make dev PORT=8788`
+## serves on another port.
 ## STORE=postgres: effects in a local Postgres cluster, in .wrangler/postgres.
 dev: setup
 	if [ "$(STORE)" = postgres ]; then sh scripts/setup.sh --with-postgres; fi
-	$(if $(filter postgres,$(STORE)),WORKER_FEATURES=$(POSTGRES)) node scripts/dev.mjs --port 8787 $(if $(STORE),--store $(STORE))
+	$(if $(filter postgres,$(STORE)),WORKER_FEATURES=$(POSTGRES)) node scripts/dev.mjs --port $(PORT) $(if $(STORE),--store $(STORE))
 
 ## A local destination for forwarding: verifies and prints each request.
 sink: setup
@@ -32,7 +35,7 @@ sink: setup
 ## Every check: format, lints, host unit tests, wrangler's deploy
 ## validation, then the built worker end to end in workerd (Miniflare) with
 ## real D1, Durable Objects and Queues.
-test: setup setup-test lint unit build-minimal build-postgres build config-check e2e
+test: setup setup-test setup-template lint unit build-minimal build-postgres build config-check e2e
 
 ## What running needs (make dev).
 setup:
@@ -42,6 +45,11 @@ setup:
 ## The browser the dashboard test drives.
 setup-test:
 	sh scripts/setup.sh --with-browser --with-postgres
+
+# needs: template
+## shellcheck, for the generated copies' scripts (tests/copies.test.mjs).
+setup-template:
+	sh scripts/setup.sh --with-shellcheck
 
 ## The wasm worker with every feature (the tests need them all, whatever
 ## WORKER_FEATURES says), and the self-test CLI (target/debug/selftest).
@@ -132,6 +140,14 @@ migrate: setup
 ## `make upgrade ENGINE=../idempotent-webhooks`. See docs/upgrades.md.
 upgrade:
 	FORCE="$(FORCE)" node scripts/upgrade.mjs "$(ENGINE)"
+
+# needs: template
+## What a user gets, at every landing (.ci/run runs it after make test):
+## the Stripe-only copies, on D1 and on Postgres, generated with
+## cargo-generate, each running its own make test, then serving under its
+## make dev (scripts/template/test-copies.sh).
+test-copies: setup
+	sh scripts/template/test-copies.sh
 
 ## cargo generate from this checkout into a temporary directory, four
 ## copies (Stripe alone; GitHub and hmac; Twilio first; every default),

@@ -30,4 +30,4 @@ done
 printf '%-48s %10s %10s   %s\n' "reference gateway (bench/reference)" "-" "-" \
     "$(upload -c bench/reference/wrangler.toml)"
 node bench/coldstart.mjs target/variants/default target/variants/stripe,github
-WORKER_FEATURES= sh scripts/build.sh > target/sizes-build.log 2>&1
+WORKER_FEATURES='' sh scripts/build.sh > target/sizes-build.log 2>&1

@@ -265,8 +265,8 @@ console.log(`  ${"dashboard".padEnd(28)} ${url}/admin`);
  * in the migrations table as `wrangler d1 migrations apply` does: only once
  * every paragraph succeeded. Those pending before it are applied first,
  * each whole with its record, as wrangler does. After a failure the file
- * is applied again from its start: it must be re-runnable (see
- * migrations/0008_without_rowid.sql). */
+ * is applied again from its start: it must be re-runnable (docs/deploy.md,
+ * "A long migration"). */
 function applyStepwise(db, name) {
   const dir = db.migrations_dir ?? "migrations";
   const table = db.migrations_table ?? "d1_migrations";

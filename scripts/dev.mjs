@@ -92,8 +92,8 @@ if ((options.store ?? config.vars?.STORE) === "postgres") {
 // The worker, as `wrangler dev` runs it, through wrangler's own API: the
 // CLI always attaches its DevTools proxy to the runtime, which turns every
 // log line and subrequest into DevTools messages. Under a burst that halves
-// throughput and stalls every reply for seconds (BENCHMARKS.md, "make dev
-// under load"); without it nothing is lost but the DevTools link.
+// throughput and stalls every reply for seconds (measured in the template's
+// benchmarks); without it nothing is lost but the DevTools link.
 const worker = await unstable_startWorker({
   config: "wrangler.toml",
   envFiles: options["env-file"] ? [options["env-file"]] : undefined,
@@ -150,7 +150,7 @@ function startTicker(schedule) {
         const outcome = await res.text();
         if (!res.ok) throw new Error(`HTTP ${res.status} ${outcome.slice(0, 100)}`);
         if (state.failing) console.log("dev: cron triggers reach the worker again");
-        // For bench/stalls.mjs, which proves a tick landed during its run.
+        // For the template's stall benchmark, which proves a tick landed during its run.
         if (process.env.DEV_LOG_TICKS) console.log(`dev: cron "${cron}" ran`);
         state.failing = false;
       } catch (e) {

@@ -7,17 +7,30 @@
 #                                  database, apply migrations-postgres/
 #   scripts/postgres.sh stop | restart | status
 #   scripts/postgres.sh url        the connection string
+#   scripts/postgres.sh dir        where the cluster lives
 #   scripts/postgres.sh migrate    apply migrations-postgres/ (PG_REMOTE=1:
 #                                  to the database PGHOST, PGUSER, … name)
 #   scripts/postgres.sh psql ...   psql on the database
 #
-# PG_DIR (default .wrangler/postgres), PG_PORT (5433) and PG_DB (webhooks)
-# choose another cluster or database. Debian's postgresql package provides
-# the server (scripts/setup.sh --with-postgres installs it). As root, the
-# server runs as the `postgres` user, since it refuses to run as root.
+# PG_DIR (default .wrangler/$PG_CLUSTER, the cluster postgres), PG_PORT
+# (5433) and PG_DB (webhooks) choose another cluster or database. Debian's
+# postgresql package provides the server (scripts/setup.sh --with-postgres
+# installs it). As root, the server runs as the `postgres` user, since it
+# refuses to run as root; where that user cannot reach the checkout (a
+# directory closed to others), the cluster lives under /var/tmp instead,
+# named after the checkout's path, and `start` says where.
 set -eu
 cd "$(dirname "$0")/.."
-DIR=${PG_DIR:-$PWD/.wrangler/postgres}
+CLUSTER=${PG_CLUSTER:-postgres}
+if [ -n "${PG_DIR:-}" ]; then
+    DIR=$PG_DIR
+elif [ "$(id -u)" = 0 ] && [ ! -f "$PWD/.wrangler/$CLUSTER/PG_VERSION" ] &&
+    id postgres >/dev/null 2>&1 && ! runuser -u postgres -- test -x "$PWD/.wrangler" -o ! -e "$PWD/.wrangler" -a -x "$PWD" 2>/dev/null; then
+    DIR=/var/tmp/webhooks-postgres/$(printf '%s' "$PWD" | tr -c 'A-Za-z0-9._-' '-' | sed 's/^-*//')/$CLUSTER
+    OUTSIDE=true
+else
+    DIR=$PWD/.wrangler/$CLUSTER
+fi
 PORT=${PG_PORT:-5433}
 DB=${PG_DB:-webhooks}
 ROLE=webhooks
@@ -52,6 +65,11 @@ psql_db() {
 
 start() {
     if [ ! -f "$DIR/PG_VERSION" ]; then
+        if [ -n "${OUTSIDE:-}" ]; then
+            mkdir -p "$DIR"
+            chmod 755 /var/tmp/webhooks-postgres "$(dirname "$DIR")"
+            echo "postgres: the user postgres cannot reach $PWD; the cluster lives in $DIR" >&2
+        fi
         mkdir -p "$DIR"
         if [ "$(id -u)" = 0 ]; then
             chown postgres "$DIR"
@@ -103,7 +121,8 @@ stop) owner "$BIN/pg_ctl" -D "$DIR" -w -m fast stop >/dev/null 2>&1 || true ;;
 restart) owner setsid "$BIN/pg_ctl" -D "$DIR" -w -m "${2:-fast}" restart -o "-p $PORT -k '' -c listen_addresses=127.0.0.1" >/dev/null ;;
 status) owner "$BIN/pg_ctl" -D "$DIR" status ;;
 url) url ;;
+dir) echo "$DIR" ;;
 migrate) migrate ;;
 psql) shift; psql_db "$@" ;;
-*) echo "usage: scripts/postgres.sh start|stop|restart [immediate]|status|url|migrate|psql ..." >&2; exit 2 ;;
+*) echo "usage: scripts/postgres.sh start|stop|restart [immediate]|status|url|dir|migrate|psql ..." >&2; exit 2 ;;
 esac

@@ -46,25 +46,39 @@ if ! wasm-bindgen --version 2>/dev/null | grep -qx "wasm-bindgen $WASM_BINDGEN_V
     cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi
 
+# needs: dashboard
 BROWSER=false
 # needs: postgres
 POSTGRES=false
+# needs: template
+SHELLCHECK=false
 for arg in "$@"; do
     case "$arg" in
+    # needs: dashboard
     --with-browser) BROWSER=true ;;
     # needs: postgres
     --with-postgres) POSTGRES=true ;;
+    # needs: template
+    --with-shellcheck) SHELLCHECK=true ;;
     esac
 done
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
+# Debian's packages, the package lists fetched once per run.
+UPDATED=false
+apt_install() {
+    if [ "$UPDATED" = false ]; then
+        $SUDO apt-get update
+        UPDATED=true
+    fi
+    $SUDO apt-get install -y "$@"
+}
 
 # needs: dashboard
 # With --with-browser (`make test`, not `make dev`): Debian's Chromium, which
 # the dashboard test drives, unless CHROMIUM names another browser.
 if [ "$BROWSER" = true ] && [ -z "${CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
-    $SUDO apt-get update
-    $SUDO apt-get install -y chromium
+    apt_install chromium
 fi
 
 # needs: postgres
@@ -72,12 +86,18 @@ fi
 # PostgreSQL server and psql, for the local cluster of scripts/postgres.sh
 # (make dev, make test) and make deploy's psql.
 if { [ "$POSTGRES" = true ] || grep -q '^STORE = "postgres"' wrangler.toml; } && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-    $SUDO apt-get update
-    $SUDO apt-get install -y postgresql
+    apt_install postgresql
+fi
+
+# needs: template
+# With --with-shellcheck (the template's make test): Debian's shellcheck,
+# for the generated copies' scripts (tests/copies.test.mjs).
+if [ "$SHELLCHECK" = true ] && ! command -v shellcheck >/dev/null 2>&1; then
+    apt_install shellcheck
 fi
 
 # npm ci only when node_modules is missing or older than the lockfile.
-if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+if [ ! -f node_modules/.package-lock.json ] || [ -n "$(find package-lock.json -newer node_modules/.package-lock.json)" ]; then
     npm ci --no-audit --no-fund
 fi
 
@@ -88,7 +108,8 @@ fi
 if [ -d .wrangler/logs ]; then
     kept=0
     bytes=0
-    for file in $(ls -1t .wrangler/logs/wrangler-*.log 2>/dev/null); do
+    # Newest first; the names are wrangler's own (no spaces, no newlines).
+    ls -1t .wrangler/logs/wrangler-*.log 2>/dev/null | while IFS= read -r file; do
         size=$(wc -c <"$file")
         if [ "$kept" -ge 20 ] || [ $((bytes + size)) -gt 209715200 ]; then
             rm -f "$file"

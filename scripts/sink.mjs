@@ -1,4 +1,4 @@
-// A local HTTP sink to try forwarding with (README, "Use it as a gateway"):
+// A local HTTP sink to try forwarding with (docs/forwarding.md, "Configure"):
 // it verifies each request as your backend would, with the Standard
 // Webhooks reference library, prints one line per request, and answers
 // 200 (or SINK_STATUS, to see retries and the breaker). Loopback only.

@@ -23,13 +23,8 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 ROOT=$PWD
 
-# Without its default features (git over https, the new prompts): generating
-# from a local path needs neither. 0.26's locked dependencies need a newer
-# rustc than the pinned 1.95.
-CARGO_GENERATE_VERSION=0.23.5
-if ! cargo generate --version 2>/dev/null | grep -q " $CARGO_GENERATE_VERSION\$"; then
-    cargo install cargo-generate --version "$CARGO_GENERATE_VERSION" --no-default-features --locked
-fi
+# cargo-generate, snapshot and generate.
+. scripts/template/generate.sh
 
 # docs/recipes.md is the recipes this check applies.
 node scripts/template/recipes-doc.mjs
@@ -39,12 +34,7 @@ WORK=$(mktemp -d)
 # postgres, which must reach them.
 chmod 755 "$WORK"
 trap 'rm -rf "$WORK"' EXIT
-# The checkout's files, committed or not, without what git ignores (target/,
-# node_modules/, .dev.vars, …).
-mkdir "$WORK/template"
-git ls-files -z --cached --others --exclude-standard |
-    xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' files |
-    xargs -0 cp --parents -t "$WORK/template"
+snapshot "$WORK"
 # One build directory for every copy: the dependencies compile once.
 mkdir "$WORK/target"
 
@@ -107,10 +97,7 @@ DRILL
 check() {
     NAME=$1 PROVIDERS=$2 DEMOS=$3 DASHBOARD=$4 RECIPES=$5 DRILL=${6:-} STORE=${7:-d1}
     started=$(date +%s)
-    cd "$WORK"
-    cargo generate --path "$WORK/template" --name "$NAME" --destination "$WORK" \
-        --allow-commands --silent --vcs none \
-        -d providers="$PROVIDERS" -d demos="$DEMOS" -d dashboard="$DASHBOARD" -d store="$STORE"
+    generate "$WORK" "$NAME" "$PROVIDERS" "$DEMOS" "$DASHBOARD" "$STORE"
     cd "$WORK/$NAME"
 
     grep -qx "name = \"$NAME\"" Cargo.toml || fail "Cargo.toml keeps the template's package name"

@@ -14,8 +14,9 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 
 import { leftNames } from "../scripts/template/names.mjs";
-import { danglingRefs, recipeMade } from "../scripts/template/refs.mjs";
+import { danglingRefs, recipeMade, storeWordsLeft } from "../scripts/template/refs.mjs";
 import { SOURCES } from "../scripts/template/sources.mjs";
+import { syntaxErrors } from "../scripts/template/syntax.mjs";
 
 const FILES = execFileSync("git", ["ls-files", "-z", "--cached", "--others", "--exclude-standard"], { encoding: "utf8" })
   .split("\0")
@@ -44,42 +45,57 @@ const markersLeft = (dir, path) =>
     .filter((entry) => entry.isFile() && NEEDS.test(readFileSync(join(entry.parentPath, entry.name), "utf8")))
     .map((entry) => join(entry.parentPath, entry.name).slice(dir.length + 1));
 
+// Every value of every choice: each provider alone and all of them, demos
+// and dashboard on and off, both stores (and all defaults, the template whole).
+const ALL = Object.keys(SOURCES).join(",");
 const COMBINATIONS = [
   ...Object.keys(SOURCES).flatMap((provider) => [[provider, true, false], [provider, false, false]]),
   ["stripe,github", true, true],
   ["standard-webhooks,hmac,twilio", false, true],
   ["stripe", true, false, "postgres"],
+  ["stripe", false, false, "postgres"],
   ["github,hmac", false, true, "postgres"],
+  [ALL, true, true],
+  [ALL, false, false],
+  [ALL, true, true, "postgres"],
+  [ALL, false, false, "postgres"],
 ];
+// Texts already parsed, across copies: each distinct file is checked once.
+const parsed = new Set();
 
 for (const [providers, demos, dashboard, store = "d1"] of COMBINATIONS) {
-  test(`providers=${providers} demos=${demos} dashboard=${dashboard} store=${store}: nothing unchosen is left`, () => {
+  const label = providers === ALL ? "all providers" : `providers=${providers}`;
+  test(`${label} demos=${demos} dashboard=${dashboard} store=${store}: it parses, and nothing unchosen is left`, async () => {
     const dir = generate(providers, demos, dashboard, store);
     try {
+      assert.deepEqual(await syntaxErrors(dir, parsed), [], "every file parses, and no needs: marker is left");
       assert.deepEqual(leftNames(dir, providers.split(","), demos).map(([, where]) => where), []);
       const places = ["src", "tests", "cli", "scripts", "migrations", "docs", ...(store === "postgres" ? ["migrations-postgres"] : [])];
       assert.deepEqual(places.flatMap((path) => markersLeft(dir, path)), []);
       assert.deepEqual(danglingRefs(dir, recipeMade), [], "its docs name only what it has");
       // Its Cargo.lock is what its first build would leave.
       execFileSync("cargo", ["metadata", "--format-version", "1", "--locked", "--offline"], { cwd: dir, stdio: "pipe" });
+      // All defaults keep the template whole, its history and Postgres option with it.
+      const whole = providers === ALL && demos && dashboard && store === "d1";
+      if (!whole) assert.deepEqual(storeWordsLeft(dir, store), [], "its words are of its own store only");
       const migrations = readdirSync(join(dir, "migrations")).sort();
-      assert.equal(migrations[0], "0001_engine_schema.sql");
+      if (!whole) assert.equal(migrations[0], "0001_engine_schema.sql");
       assert.deepEqual(migrations.map((file) => file.slice(0, 4)), migrations.map((_, i) => String(i + 1).padStart(4, "0")));
       const kept = (name) => migrations.some((file) => file.includes(name));
-      assert.equal(kept("stripe_demos"), demos && providers.includes("stripe"));
-      assert.equal(kept("github_demos"), demos && providers.includes("github"));
+      if (!whole) assert.equal(kept("stripe_demos"), demos && providers.includes("stripe"));
+      if (!whole) assert.equal(kept("github_demos"), demos && providers.includes("github"));
       // Its store: Postgres's tables, build and binding, or nothing of Postgres.
       const text = (file) => readFileSync(join(dir, file), "utf8");
       if (store === "postgres") {
         const tables = readdirSync(join(dir, "migrations-postgres")).sort();
         assert.deepEqual(tables, ["0001_engine_schema.sql", ...(demos && providers.includes("stripe") ? ["0002_demo_effects.sql"] : [])]);
-        if (tables[1]) assert.doesNotMatch(text("migrations-postgres/0002_demo_effects.sql"), /repo_stars/);
+        if (tables[1] && !providers.split(",").includes("github")) assert.doesNotMatch(text("migrations-postgres/0002_demo_effects.sql"), /repo_stars/);
         assert.match(text("Cargo.toml"), /^default = \[.*"postgres"\]$/m);
         assert.match(text("wrangler.toml"), /^STORE = "postgres"$/m);
         assert.match(text("wrangler.toml"), /^\[\[hyperdrive\]\]\nbinding = "HYPERDRIVE"\nid = "0{32}"$/m);
         assert.doesNotMatch(text("Makefile"), /build-postgres|STORE/);
         assert.match(text("README.md"), /wrangler hyperdrive create acme-hooks-postgres/);
-      } else {
+      } else if (!whole) {
         for (const gone of ["migrations-postgres", "scripts/postgres.sh", "scripts/hyperdrive-guard.cjs", "scripts/deploy-postgres.mjs", "docs/postgres.md"]) {
           assert.ok(!existsSync(join(dir, gone)), `${gone} is left`);
         }

@@ -2,7 +2,7 @@
 // STORE = "postgres" with whatever source this checkout declares first (a
 // generated copy's own provider): a storm of one event, distinct events,
 // and Postgres stopped and started again, each counted in Postgres's
-// ledger. tests/postgres.test.mjs goes further with the demo effects.
+// ledger. The demo effects' own Postgres tests, where a copy keeps them, go further.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 

@@ -15,7 +15,8 @@
 //   `store=postgres`: effects commit in Postgres (postgres.mjs); the rest
 //   marked `needs: d1` goes.
 //
-// All four at their defaults leave the copy as the template is.
+// All four at their defaults leave the copy as the template is, but for the
+// template's own records (BENCHMARKS.md, RELIABILITY.md), which no copy keeps.
 import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -73,11 +74,11 @@ for (const dir of ["src", "cli", "tests", "fuzz", "scripts", "migrations", "migr
   for (const file of files(dir)) {
     if (!/\.(rs|mjs|cjs|js|sql|sh)$/.test(file) || file.startsWith("scripts/template") || !existsSync(file)) continue;
     const text = read(file);
-    if (fileNeedsMissing(text, missing)) {
+    if (fileNeedsMissing(text, missing, file)) {
       rmSync(file);
       continue;
     }
-    let pruned = pruneNeeds(text, missing);
+    let pruned = pruneNeeds(text, missing, file);
     if (file.endsWith(".rs")) {
       const { text: cfgPruned, mods } = pruneCfg(pruned, removedFeatures);
       pruned = cfgPruned;
@@ -103,6 +104,23 @@ if (!everything) {
   const scripts = JSON.parse(read("package.json"));
   delete scripts.scripts?.bench;
   writeFileSync("package.json", `${JSON.stringify(scripts, null, 2)}\n`);
+}
+// BENCHMARKS.md and RELIABILITY.md are the template's own records (how its
+// figures were taken, `make template-check` included): a copy drops them,
+// and its docs link to the template's, online (the engine's `repository`).
+{
+  for (const record of ["BENCHMARKS.md", "RELIABILITY.md"]) rmSync(record, { force: true });
+  const repo = read("crates/engine/Cargo.toml").match(/^repository = "(.*)"$/m)[1];
+  // "the template's", or "The template's" where a sentence starts.
+  const online = (record, anchor, at, text) =>
+    `[${/(^|[.!?]\s+)$/.test(text.slice(0, at)) ? "The" : "the"} template's ${record}](${repo}/blob/main/${record}${anchor ?? ""})`;
+  for (const file of files("docs").filter((file) => file.endsWith(".md"))) {
+    const text = read(file);
+    const linked = text
+      .replace(/\[(BENCHMARKS\.md|RELIABILITY\.md)\]\(\.\.\/\1(#[^)]*)?\)/g, (_, record, anchor, at, all) => online(record, anchor, at, all))
+      .replace(/(?<![[/'\w])(BENCHMARKS\.md|RELIABILITY\.md)(?![\]\w])/g, (_, record, at, all) => online(record, undefined, at, all));
+    if (linked !== text) write(file, linked);
+  }
 }
 
 // 2. The CLI's signers, the demo effects.
@@ -132,12 +150,12 @@ if (!everything) {
   for (const file of readdirSync("migrations")) rmSync(join("migrations", file));
   const from = (dir) => readdirSync(dir).sort().map((file) => [file, read(join(dir, file))]);
   const clean = [...from("crates/engine/migrations"), ...from("scripts/template/migrations")];
-  const kept = clean.filter(([, sql]) => !fileNeedsMissing(sql, missing));
-  kept.forEach(([file, sql], i) => write(join("migrations", `${String(i + 1).padStart(4, "0")}_${file.slice(5)}`), pruneNeeds(sql, missing)));
+  const kept = clean.filter(([file, sql]) => !fileNeedsMissing(sql, missing, file));
+  kept.forEach(([file, sql], i) => write(join("migrations", `${String(i + 1).padStart(4, "0")}_${file.slice(5)}`), pruneNeeds(sql, missing, file)));
 }
 
 // 3. Cargo.toml: the features, their optional dependencies, the defaults.
-let cargo = pruneNeeds(read("Cargo.toml"), missing);
+let cargo = pruneNeeds(read("Cargo.toml"), missing, "Cargo.toml");
 for (const feature of removedFeatures) {
   cargo = cargo.replace(new RegExp(`(^#[^\\n]*\\n)*^${feature} = \\[[^\\]]*\\]\\n`, "m"), "");
   cargo = cargo.replace(new RegExp(`"${feature}", |, "${feature}"`), "");
@@ -178,7 +196,7 @@ if (!everything) {
 }
 
 // 5. The Makefile's targets whose files went, and the copy's README.
-let makefile = pruneNeeds(read("Makefile"), missing);
+let makefile = pruneNeeds(read("Makefile"), missing, "Makefile");
 for (const [, target] of read("Makefile").matchAll(/^# needs: .*\n(?:##.*\n)*([a-z-]+):/gm)) {
   if (new RegExp(`^${target}:`, "m").test(makefile)) continue;
   // Gone from the list of phony targets and from what `make test` runs.

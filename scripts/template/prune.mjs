@@ -5,16 +5,57 @@
 // deeper, and the closing line at its own indent.
 
 const indent = (line) => line.match(/^[ \t]*/)[0].length;
-// Rust and JavaScript brackets, and a shell block (`then` … `fi`, `do` … `done`).
-const CLOSERS = /^([}\])]|fi$|done$|else$|elif )/;
-const OPENS = /([{([]|; then|; do|^\s*else)$/;
+// Rust and JavaScript brackets, and a shell block (`then` … `fi`, `do` …
+// `done`, `case … in` … `esac`).
+const CLOSERS = /^([}\])]|fi$|done$|esac$|else$|elif )/;
+const OPENS = /([{([]|; then|; do|^\s*else|^\s*case .* in)$/;
+// A shell `case` arm: its patterns, then `)` before any `(` (`--flag) …`, `*)`).
+const ARM = /^\s*[^\s#()][^()]*\)(\s|$)/;
+
+/**
+ * The comment openers of a file's language, from its name: `--` is a
+ * comment in SQL alone (in shell it starts an option), `#` in shell, the
+ * Makefile, TOML and YAML.
+ */
+export function commentsOf(file) {
+  if (/\.sql$/.test(file)) return ["--"];
+  if (/\.(rs|mjs|cjs|js)$/.test(file)) return ["//"];
+  return ["#"];
+}
+const escape = (text) => text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+const openers = (comments) => comments.map(escape).join("|");
+
+const CASE = /^\s*case .* in$/;
+
+/** The `esac` that closes the shell `case` at `start` (its arms may sit at its own indent). */
+function esacOf(lines, start) {
+  let depth = 0;
+  for (let i = start; i < lines.length; i++) {
+    if (CASE.test(lines[i])) depth++;
+    else if (lines[i].trim() === "esac" && --depth === 0) return i;
+  }
+  return lines.length - 1;
+}
+
+/** The last line of the shell `case` arm that starts at `start`: the line that ends it with `;;`. */
+function armEnd(lines, start) {
+  for (let i = start; i < lines.length; i++) {
+    const line = lines[i].trim();
+    if (line.endsWith(";;")) return i;
+    // The last arm may end at `esac` without `;;`.
+    if (i > start && line === "esac") return i - 1;
+  }
+  return lines.length - 1;
+}
 
 /**
  * The last line of the item that starts at `start`: the lines indented
  * deeper than it, and a closing line at its indent (`}`, `)`, `]`), which
  * goes on when it opens again (`) -> T {`).
  */
-export function itemEnd(lines, start) {
+export function itemEnd(lines, start, { shell = false } = {}) {
+  if (shell && ARM.test(lines[start])) return armEnd(lines, start);
+  if (shell && CASE.test(lines[start])) return esacOf(lines, start);
   const at = indent(lines[start]);
   let end = start;
   if (!OPENS.test(lines[start].trimEnd())) {
@@ -149,45 +190,57 @@ export function cutItems(text, pattern, { comments = false } = {}) {
 
 /**
  * What a `needs:` comment asks: `// needs: stripe, demos` (all of them) or
- * `// needs one of: svix, standard-webhooks`. `null` on any other line.
+ * `// needs one of: svix, standard-webhooks`, with the file's own comment
+ * opener (`commentsOf`). `null` on any other line.
  */
-function needsOf(line) {
-  const match = line.match(/^\s*(?:\/\/|#|--) needs( one of)?: (.*)$/);
+function needsOf(line, comments = ["//"]) {
+  const match = line.match(new RegExp(`^\\s*(?:${openers(comments)}) needs( one of)?: (.*)$`));
   if (!match) return null;
   const names = match[2].split(/,\s*/);
   return (missing) => (match[1] ? names.every((n) => missing.has(n)) : names.some((n) => missing.has(n)));
 }
 
+/** Whether `line` is a comment in a language whose comments open with `comments`. */
+const isComment = (line, comments) => new RegExp(`^\\s*(${openers(comments)})`).test(line);
+
 /** How many lines the file's opening comment block runs to. */
-function headerEnd(lines) {
-  const end = lines.findIndex((line) => !/^\s*(\/\/|#|--)/.test(line));
+function headerEnd(lines, comments) {
+  const end = lines.findIndex((line) => !isComment(line, comments));
   return end < 0 ? lines.length : end;
 }
 
 /** Whether a file's opening comment says it needs something left out. */
-export function fileNeedsMissing(text, missing) {
+export function fileNeedsMissing(text, missing, file) {
+  const comments = commentsOf(file);
   const lines = text.split("\n");
-  return lines.slice(0, headerEnd(lines)).some((line) => needsOf(line)?.(missing));
+  return lines.slice(0, headerEnd(lines, comments)).some((line) => needsOf(line, comments)?.(missing));
 }
 
 /**
  * Cuts each item marked by a `needs:` line above it whose needs include
- * something left out; drops the markers of those that stay.
+ * something left out; drops the markers of those that stay. `file` names
+ * the language (`commentsOf`): in shell, a marked `case` arm goes alone,
+ * and a cut that would leave a block empty (`then` right above `fi`) is
+ * refused, since the copy would not parse.
  */
-export function pruneNeeds(text, missing) {
+export function pruneNeeds(text, missing, file) {
+  const comments = commentsOf(file);
+  const shell = /\.sh$/.test(file);
   const lines = text.split("\n");
   for (let i = 0; i < lines.length; i++) {
-    const needs = needsOf(lines[i]);
+    const needs = needsOf(lines[i], comments);
     if (!needs) continue;
-    if (i < headerEnd(lines)) {
+    if (i < headerEnd(lines, comments)) {
       // The file's own needs, met: it stays, without the marker.
       lines.splice(i--, 1);
       continue;
     }
     if (needs(missing)) {
-      const start = pastComments(lines, i + 1);
-      if (start >= lines.length) throw new Error(`a needs: line with no item after it: ${lines[i]}`);
-      cut(lines, i, itemEnd(lines, start));
+      const start = pastComments(lines, i + 1, comments);
+      if (start >= lines.length) throw new Error(`${file}: a needs: line with no item after it: ${lines[i]}`);
+      const marker = lines[i];
+      cut(lines, i, itemEnd(lines, start, { shell }));
+      if (shell && leavesEmptyBlock(lines, i)) throw new Error(`${file}: cutting under "${marker.trim()}" leaves an empty block; mark the whole block`);
     } else {
       lines.splice(i, 1);
     }
@@ -196,21 +249,33 @@ export function pruneNeeds(text, missing) {
   return lines.join("\n");
 }
 
+/** Whether the shell block around line `at` (where a cut was) holds no command. */
+function leavesEmptyBlock(lines, at) {
+  let before = at - 1;
+  while (before >= 0 && (!lines[before].trim() || isComment(lines[before], ["#"]))) before--;
+  let after = at;
+  while (after < lines.length && (!lines[after].trim() || isComment(lines[after], ["#"]))) after++;
+  const opens = before >= 0 && /(\bthen|\bdo|^\s*else)$/.test(lines[before].trimEnd());
+  const closes = after < lines.length && /^(fi|done|else|elif)\b/.test(lines[after].trim());
+  return opens && closes;
+}
+
 /**
- * The first line at or after `i` that is not a comment or an attribute
- * (`//`, a block comment, `#`, `--`, `#[…]`).
+ * The first line at or after `i` that is not a comment (with `comments`'
+ * openers) or, in Rust, an attribute or a block comment.
  */
-function pastComments(lines, i) {
+function pastComments(lines, i, comments) {
+  const rust = comments.includes("//");
   while (i < lines.length) {
     const line = lines[i].trim();
-    if (line.startsWith("/*")) {
+    if (rust && line.startsWith("/*")) {
       while (!lines[i].includes("*/")) i++;
       i++;
-    } else if (line.startsWith("#[") && !line.endsWith("]")) {
+    } else if (rust && line.startsWith("#[") && !line.endsWith("]")) {
       // An attribute rustfmt broke over lines.
       while (i < lines.length && !lines[i].trimEnd().endsWith(")]")) i++;
       i++;
-    } else if (/^(\/\/|#|--)/.test(line)) {
+    } else if ((rust && line.startsWith("#[")) || isComment(line, comments)) {
       i++;
     } else {
       return i;

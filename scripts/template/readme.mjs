@@ -67,11 +67,10 @@ function declaredSources() {
 }
 
 // A Postgres copy: where its tables are, and what make deploy does for it.
-const POSTGRES_TABLES = `
+const postgresTables = (demos) => `
 Effects commit in your Postgres, through Hyperdrive: the event's ledger
 row, your writes and its outbox rows, in one transaction. Your tables are
-in \`migrations-postgres/\`. D1 keeps the engine's own tables (and the
-demos', for the tests that run the engine on D1).
+in \`migrations-postgres/\`. D1 keeps the engine's own tables${demos ? " (and the\ndemos', for the tests that run the engine on D1)" : ""}.
 [docs/postgres.md](docs/postgres.md) says why, and what a failure answers.
 `;
 const postgresDeploy = (name) => `It logs you in, creates the D1 database and applies its migrations. Then
@@ -117,7 +116,7 @@ ${rows.join("\n")}
 
 Sources are declared under \`[vars.SOURCES]\` in \`wrangler.toml\`. Local
 secrets are in \`.dev.vars\` (copied from \`.dev.vars.example\`).
-${postgres ? POSTGRES_TABLES : ""}${demos ? "\nThe demo effects in `src/effects/` show the shapes an effect takes.\nReplace them with yours.\n" : "\nA verified event writes its ledger row and nothing else, until you add an\neffect (`src/effects/`, below).\n"}
+${postgres ? postgresTables(demos) : ""}${demos ? "\nThe demo effects in `src/effects/` show the shapes an effect takes.\nReplace them with yours.\n" : "\nA verified event writes its ledger row and nothing else, until you add an\neffect (`src/effects/`, below).\n"}
 ## Run it
 
 \`\`\`sh
@@ -159,9 +158,8 @@ How: [docs/upgrades.md](docs/upgrades.md).
 
 - [docs/](docs/): the guarantees, every reply, configuration, providers,
   operating it, deploying, extending it, and the layout of the code.
-- [BENCHMARKS.md](BENCHMARKS.md) and [RELIABILITY.md](RELIABILITY.md): the
-  template's own figures, its speed and costs and the faults it was put
-  through.
+- [docs/performance.md](docs/performance.md): the template's speed, size
+  and costs, in short, and where its full figures are.
 `;
   writeFileSync("README.md", text);
 }

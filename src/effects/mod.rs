@@ -4,8 +4,8 @@
 //!
 //! To add an effect: a file here whose function reads the event and returns
 //! an [`Effect`](webhook_engine::effects::Effect), its `mod` line, its line
-//! in `EFFECTS`, and its tables in a new file under `migrations/` (the
-//! recipe "An effect" in docs/recipes.md does all four, with a test).
+//! in `EFFECTS`, and a migration for its tables. Where each goes:
+//! docs/extend.md, "A business effect".
 //! Planning is pure, so it is tested on the host.
 
 mod orders;

@@ -1,6 +1,7 @@
 // needs: postgres
-// A real Postgres for the tests of STORE = "postgres": one cluster under
-// .wrangler/postgres-test (scripts/postgres.sh), a fresh database per
+// A real Postgres for the tests of STORE = "postgres": one cluster, the
+// checkout's postgres-test (scripts/postgres.sh says where it lives, and
+// with PG_DIR set, it is $PG_DIR-test), a fresh database per
 // worker started, and the built postgres variant of the worker in workerd
 // with a Hyperdrive binding to it. Nothing is mocked.
 import { execFileSync } from "node:child_process";
@@ -14,15 +15,38 @@ export const POSTGRES_BUILD = "target/variants/postgres/index.js";
 // A port of this checkout's own (from its path), so that two checkouts'
 // test runs never meet on one.
 const PORT = 20000 + ([...process.cwd()].reduce((hash, c) => (hash * 31 + c.charCodeAt(0)) >>> 0, 7) % 10000);
-export const CLUSTER = { PG_DIR: `${process.cwd()}/.wrangler/postgres-test`, PG_PORT: String(PORT) };
+export const CLUSTER = {
+  PG_CLUSTER: "postgres-test",
+  ...(process.env.PG_DIR ? { PG_DIR: `${process.env.PG_DIR}-test` } : {}),
+  PG_PORT: String(PORT),
+};
 let databases = 0;
+/** Whether this process started the cluster (undefined: not asked yet). */
+let startedHere;
+
+/** Whether the test cluster runs. */
+function running() {
+  try {
+    pgctl("postgres", "status");
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 /** Runs scripts/postgres.sh with `args` on the test cluster (and `db`). */
 export function pgctl(db, ...args) {
-  return execFileSync("sh", ["scripts/postgres.sh", ...args], {
-    env: { ...process.env, ...CLUSTER, PG_DB: db },
-    encoding: "utf8",
-  });
+  try {
+    return execFileSync("sh", ["scripts/postgres.sh", ...args], {
+      env: { ...process.env, ...CLUSTER, PG_DB: db },
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+  } catch (e) {
+    // The script's own words (a missing server, a directory the server
+    // cannot reach), not a bare exit status.
+    throw new Error(`scripts/postgres.sh ${args[0]} failed (exit ${e.status}): ${String(e.stderr ?? e.message).trim()}`);
+  }
 }
 
 /**
@@ -32,6 +56,11 @@ export function pgctl(db, ...args) {
  */
 export function freshDatabase() {
   const db = `t_${process.pid}_${++databases}`;
+  if (startedHere === undefined) {
+    startedHere = !running();
+    // make test leaves no cluster behind: the one this file started stops with it.
+    if (startedHere) process.once("exit", () => pgctl(db, "stop"));
+  }
   pgctl(db, "start");
   const query = (sql) =>
     pgctl(db, "psql", "-tA", "-F", "\t", "-c", sql)
