@@ -23,7 +23,7 @@ POSTGRES := stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,g
 ## Objects and Queues (state in .wrangler/), secrets from .dev.vars, and the
 ## cron relay ticking as deployed (scripts/dev.mjs). `make dev PORT=8788`
 ## serves on another port.
-## STORE=postgres: effects in a local Postgres cluster, in .wrangler/postgres.
+## STORE=postgres: effects in a local Postgres cluster (scripts/postgres.sh).
 dev: setup
 	if [ "$(STORE)" = postgres ]; then sh scripts/setup.sh --with-postgres; fi
 	$(if $(filter postgres,$(STORE)),WORKER_FEATURES=$(POSTGRES)) node scripts/dev.mjs --port $(PORT) $(if $(STORE),--store $(STORE))
@@ -101,20 +101,20 @@ e2e:
 
 # needs: everything
 ## The host property fuzz, long: 500,000 cases per property (make test
-## runs 20,000). See RELIABILITY.md.
+## runs 20,000). See the template's RELIABILITY.md.
 fuzz-props:
 	PROPTEST_CASES=500000 cargo test --release --test property_fuzz
 
 # needs: stripe, github, demos, dashboard
 ## 100,000 hostile requests at the local worker, then 20,000 at its admin
-## API and dashboard (make test runs 3,000 and 2,000). See RELIABILITY.md.
+## API and dashboard (make test runs 3,000 and 2,000). See the template's RELIABILITY.md.
 fuzz: setup build
 	node fuzz/requests.mjs 100000
 	node fuzz/admin.mjs 20000
 
 # needs: everything
 ## 10,000 Stripe and GitHub deliveries under make dev's runner while the
-## runtime is SIGKILLed 6 times; checks exactly-once. See RELIABILITY.md.
+## runtime is SIGKILLed 6 times; checks exactly-once. See the template's RELIABILITY.md.
 ## STORE=postgres: effects in a local Postgres, restarted twice mid-run.
 soak: setup
 	if [ "$(STORE)" = postgres ]; then sh scripts/setup.sh --with-postgres; fi
@@ -159,19 +159,19 @@ template-check: setup
 
 # needs: everything
 ## The worker's wasm size per feature set, and the cold start of the
-## default and Stripe + GitHub builds; see BENCHMARKS.md.
+## default and Stripe + GitHub builds; see the template's BENCHMARKS.md.
 sizes: setup
 	sh bench/sizes.sh
 
 # needs: everything
-## Throughput and latency against a local worker; see BENCHMARKS.md.
+## Throughput and latency against a local worker; see the template's BENCHMARKS.md.
 bench: setup build
 	node bench/run.mjs
 
 # needs: everything
 ## D1 and Postgres as the store, one after the other in one run: new events
 ## acknowledged and fully processed per second, storm copies per second,
-## and Postgres's transactions and rows per event (BENCHMARKS.md).
+## and Postgres's transactions and rows per event (the template's BENCHMARKS.md).
 store-bench: setup build-postgres
 	sh scripts/setup.sh --with-postgres
 	node bench/stores.mjs
@@ -179,42 +179,42 @@ store-bench: setup build-postgres
 # needs: everything
 ## Billable operations per distinct event, duplicate, side effect, forwarded
 ## event and retention wake-up, and the dollars per million events; see
-## BENCHMARKS.md.
+## the template's BENCHMARKS.md.
 costs: setup build
 	node bench/costs.mjs
 
 # needs: everything
 ## Forwarding end to end: events delivered to a local sink per second, and
-## the time to acknowledge; see BENCHMARKS.md.
+## the time to acknowledge; see the template's BENCHMARKS.md.
 forward-bench: setup build
 	node bench/forward.mjs
 
 # needs: everything
 ## The D1 rows one forward relay run reads with 100,000 deliveries held
-## for a destination whose breaker is open; see BENCHMARKS.md.
+## for a destination whose breaker is open; see the template's BENCHMARKS.md.
 relay-bench: setup build
 	node bench/relay-held.mjs
 
 # needs: everything
 ## This worker (REPLY_AFTER effect and record) beside a minimal KV-dedupe
 ## gateway (bench/reference/), alternately under wrangler dev; see
-## BENCHMARKS.md.
+## the template's BENCHMARKS.md.
 gateway-bench: setup build
 	node bench/gateway.mjs
 
 # needs: everything
 ## Where the local runtime's CPU goes per new event and per copy, from a
-## Linux perf profile of make dev under load; see BENCHMARKS.md.
+## Linux perf profile of make dev under load; see the template's BENCHMARKS.md.
 profile: setup build
 	node bench/profile.mjs
 
 # needs: everything
 ## A first load test against make dev, five times from a fresh start, a
-## cron tick in each; see BENCHMARKS.md.
+## cron tick in each; see the template's BENCHMARKS.md.
 dev-bench: setup build
 	node bench/stalls.mjs
 
 # needs: everything
-## Runtime CPU per event for bodies of 1 KiB to 1 MiB; see BENCHMARKS.md.
+## Runtime CPU per event for bodies of 1 KiB to 1 MiB; see the template's BENCHMARKS.md.
 bodies: setup build
 	node bench/bodies.mjs

@@ -69,8 +69,8 @@ const bindings = Object.fromEntries(
 );
 // needs: postgres
 // With effects in Postgres (`--store postgres`, or STORE = "postgres" in
-// wrangler.toml): a local cluster under .wrangler/postgres
-// (scripts/postgres.sh) with migrations-postgres/ applied, the Hyperdrive
+// wrangler.toml): a local cluster, in .wrangler/postgres where the server
+// can reach it (scripts/postgres.sh), with migrations-postgres/ applied, the Hyperdrive
 // binding pointed at it, and the guard of the local Hyperdrive proxy
 // (scripts/hyperdrive-guard.cjs).
 if ((options.store ?? config.vars?.STORE) === "postgres") {

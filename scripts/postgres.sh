@@ -17,20 +17,47 @@
 # postgresql package provides the server (scripts/setup.sh --with-postgres
 # installs it). As root, the server runs as the `postgres` user, since it
 # refuses to run as root; where that user cannot reach the checkout (a
-# directory closed to others), the cluster lives under /var/tmp instead,
-# named after the checkout's path, and `start` says where.
+# directory closed to others), the cluster lives in that user's home
+# instead (/var/lib/postgresql/webhooks-clusters/), in a folder named after
+# the checkout's path, and `start` says where.
 set -eu
 cd "$(dirname "$0")/.."
 CLUSTER=${PG_CLUSTER:-postgres}
+
+# The checkout's folder outside it: in the home of the user postgres (which
+# no other user can write to), root's own, its path's characters and a hash
+# of the whole path, so that two checkouts never share one.
+outside() {
+    home=$(getent passwd postgres | cut -d: -f6)
+    slug=$(printf '%s' "$PWD" | tr -c 'A-Za-z0-9._-' '-' | sed 's/^-*//' | cut -c1-80)
+    echo "$home/webhooks-clusters/$slug-$(printf '%s' "$PWD" | cksum | cut -d' ' -f1)"
+}
+# Whether the user postgres can reach the checkout's .wrangler/.
+reachable() {
+    runuser -u postgres -- test -x "$PWD/.wrangler" -o ! -e "$PWD/.wrangler" -a -x "$PWD" 2>/dev/null
+}
 if [ -n "${PG_DIR:-}" ]; then
     DIR=$PG_DIR
-elif [ "$(id -u)" = 0 ] && [ ! -f "$PWD/.wrangler/$CLUSTER/PG_VERSION" ] &&
-    id postgres >/dev/null 2>&1 && ! runuser -u postgres -- test -x "$PWD/.wrangler" -o ! -e "$PWD/.wrangler" -a -x "$PWD" 2>/dev/null; then
-    DIR=/var/tmp/webhooks-postgres/$(printf '%s' "$PWD" | tr -c 'A-Za-z0-9._-' '-' | sed 's/^-*//')/$CLUSTER
+elif [ -f "$PWD/.wrangler/$CLUSTER/PG_VERSION" ] || [ "$(id -u)" != 0 ] || ! id postgres >/dev/null 2>&1; then
+    DIR=$PWD/.wrangler/$CLUSTER
+elif [ -f "$(outside)/$CLUSTER/PG_VERSION" ] || ! reachable; then
+    DIR=$(outside)/$CLUSTER
     OUTSIDE=true
 else
     DIR=$PWD/.wrangler/$CLUSTER
 fi
+
+# Makes the folder outside, root's own: refused if any part of it is a
+# link or someone else's.
+prepare_outside() {
+    for dir in "$(dirname "$(dirname "$DIR")")" "$(dirname "$DIR")"; do
+        [ -e "$dir" ] || [ -L "$dir" ] || mkdir -m 755 "$dir"
+        if [ -L "$dir" ] || [ ! -d "$dir" ] || [ "$(stat -c %u "$dir")" != 0 ]; then
+            echo "postgres: $dir is not a folder of root's own: set PG_DIR to a directory the user postgres can reach" >&2
+            exit 1
+        fi
+    done
+}
 PORT=${PG_PORT:-5433}
 DB=${PG_DB:-webhooks}
 ROLE=webhooks
@@ -47,7 +74,8 @@ if [ -z "$BIN" ] && [ -z "${PG_REMOTE:-}" ]; then
 fi
 
 owner() {
-    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+    # From /: the user postgres may not be able to enter the checkout.
+    if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 url() {
     echo "postgresql://$ROLE:$PASSWORD@127.0.0.1:$PORT/$DB"
@@ -66,8 +94,6 @@ psql_db() {
 start() {
     if [ ! -f "$DIR/PG_VERSION" ]; then
         if [ -n "${OUTSIDE:-}" ]; then
-            mkdir -p "$DIR"
-            chmod 755 /var/tmp/webhooks-postgres "$(dirname "$DIR")"
             echo "postgres: the user postgres cannot reach $PWD; the cluster lives in $DIR" >&2
         fi
         mkdir -p "$DIR"
@@ -112,7 +138,7 @@ migrate() {
 case "${1:-}" in
 start)
     # One start at a time per cluster (two test runs, a test and make dev).
-    mkdir -p "$(dirname "$DIR")"
+    if [ -n "${OUTSIDE:-}" ]; then prepare_outside; else mkdir -p "$(dirname "$DIR")"; fi
     exec 9>"$DIR.lock"
     flock 9
     start

@@ -36,14 +36,20 @@ if [ ! -d "$(rustc --print sysroot)/lib/rustlib/wasm32-unknown-unknown" ]; then
     rustup target add wasm32-unknown-unknown
 fi
 
+# Both tools built unoptimized: they install in about 2 minutes instead of
+# 6 on 2 cores, and their work (spawning cargo, rewriting the wasm's glue,
+# 0.6 s instead of 0.2 s a build) gives byte-identical output.
+unoptimized() {
+    CARGO_PROFILE_RELEASE_OPT_LEVEL=0 CARGO_PROFILE_RELEASE_CODEGEN_UNITS=256 CARGO_PROFILE_RELEASE_LTO=off "$@"
+}
 if ! worker-build --version 2>/dev/null | grep -qx "$WORKER_BUILD_VERSION"; then
-    cargo install worker-build --version "$WORKER_BUILD_VERSION" --locked
+    unoptimized cargo install worker-build --version "$WORKER_BUILD_VERSION" --locked
 fi
 
 # Without --locked: the CLI's own lockfile wants a crate version this
 # registry mirror may not serve (a webpki-roots version, when this was set up).
 if ! wasm-bindgen --version 2>/dev/null | grep -qx "wasm-bindgen $WASM_BINDGEN_VERSION"; then
-    cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+    unoptimized cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi
 
 # needs: dashboard

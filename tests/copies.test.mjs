@@ -78,6 +78,19 @@ for (const [providers, demos, dashboard, store = "d1"] of COMBINATIONS) {
       // All defaults keep the template whole, its history and Postgres option with it.
       const whole = providers === ALL && demos && dashboard && store === "d1";
       if (!whole) assert.deepEqual(storeWordsLeft(dir, store), [], "its words are of its own store only");
+      // Its setup still installs all it needs on a fresh machine (make
+      // test-copies runs where the template's make test installed them).
+      const setup = readFileSync(join(dir, "scripts/setup.sh"), "utf8");
+      const installs = [
+        /rustup toolchain install "\$TOOLCHAIN"/,
+        /rustup target add wasm32-unknown-unknown/,
+        /cargo install worker-build/,
+        /cargo install wasm-bindgen-cli/,
+        /npm ci/,
+        ...(store === "postgres" ? [/apt_install postgresql/] : []),
+        ...(dashboard ? [/apt_install chromium/] : []),
+      ];
+      for (const step of installs) assert.match(setup, step, "scripts/setup.sh installs it");
       const migrations = readdirSync(join(dir, "migrations")).sort();
       if (!whole) assert.equal(migrations[0], "0001_engine_schema.sql");
       assert.deepEqual(migrations.map((file) => file.slice(0, 4)), migrations.map((_, i) => String(i + 1).padStart(4, "0")));

@@ -6,7 +6,7 @@
 // the ticker runs the cron relay, which sends them again. Every outbox row
 // must be `sent` within three minutes, each key succeeding once at the target.
 // Events whose first attempt failed just before the kill show that the
-// inboxes' alarms survive it: workerd keeps them on disk (RELIABILITY.md).
+// inboxes' alarms survive it: workerd keeps them on disk (the template's RELIABILITY.md).
 // needs: stripe, github, demos
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";

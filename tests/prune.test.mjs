@@ -63,10 +63,51 @@ test("a marked line right above fi, done or esac goes, and the closer stays", ()
 });
 
 test("a cut that would leave a block empty is refused, naming the file", () => {
-  const text = lines("if true; then", "    # needs: postgres", "    echo gone", "fi");
-  assert.throws(() => pruneNeeds(text, MISSING, "scripts/x.sh"), /scripts\/x\.sh: .*leaves an empty block/);
-  // Kept, the same text stays as it was, without its marker.
-  assert.equal(pruneNeeds(text, new Set(), "scripts/x.sh"), lines("if true; then", "    echo gone", "fi"));
+  for (const [opener, closer] of [
+    ["if true; then", "fi"],
+    ["for x in a b; do", "done"],
+    ["else", "fi"],
+    ["start() {", "}"],
+  ]) {
+    const text = lines(...(opener === "else" ? ["if true; then", "    echo a"] : []), opener, "    # needs: postgres", "    echo gone", closer);
+    assert.throws(() => pruneNeeds(text, MISSING, "scripts/x.sh"), /scripts\/x\.sh: .*leaves an empty block/, opener);
+    // Kept, the same text stays as it was, without its marker.
+    assert.doesNotMatch(pruneNeeds(text, new Set(), "scripts/x.sh"), /needs/);
+  }
+});
+
+test("a command that holds a parenthesis is a command, not an arm", () => {
+  const text = lines('case "$1" in', "a)", "    # needs: postgres", '    echo "step 2) start"', "    echo kept", "    ;;", "esac");
+  assert.equal(shell(text), lines('case "$1" in', "a)", "    echo kept", "    ;;", "esac"));
+});
+
+test("a marked arm that holds a case of its own goes whole, and nothing after it", () => {
+  const text = lines(
+    'case "$1" in',
+    "# needs: postgres",
+    "a)",
+    '    case "$2" in',
+    "    x) echo x ;;",
+    "    esac",
+    "    ;;",
+    "b) echo b ;;",
+    "esac",
+  );
+  assert.equal(shell(text), lines('case "$1" in', "b) echo b ;;", "esac"));
+});
+
+test("a marked case ends at its esac, piped or not; one left open is an error", () => {
+  const piped = lines("set -eu", "# needs: postgres", 'case "$1" in', "a) echo a ;;", "esac | sort", "echo kept");
+  assert.equal(shell(piped), lines("set -eu", "echo kept"));
+  const open = lines("set -eu", "# needs: postgres", 'case "$1" in', "a) echo a ;;", "echo kept");
+  assert.throws(() => pruneNeeds(open, MISSING, "scripts/x.sh"), /no esac closes the case/);
+});
+
+test("a script without .sh is shell by its #! line", () => {
+  const ci = lines("#!/bin/sh", "set -eu", "make test", "# needs: template", "# The copies.", "make test-copies");
+  assert.equal(pruneNeeds(ci, new Set(["template"]), ".ci/run"), lines("#!/bin/sh", "set -eu", "make test"));
+  const empty = lines("#!/bin/sh", "if true; then", "    # needs: template", "    make x", "fi");
+  assert.throws(() => pruneNeeds(empty, new Set(["template"]), ".ci/run"), /leaves an empty block/);
 });
 
 test("two marks in a row: each cuts its own item, or stays without its marker", () => {

@@ -94,6 +94,20 @@ test("scripts, the Makefile and the workflows name only files under the top-leve
   ]);
 });
 
+test("CI's script names only make targets the copy has; comments name only records it holds", () => {
+  const left = planted(
+    {
+      Makefile: MAKEFILE,
+      ".ci/run": "#!/bin/sh\nset -eu\nmake test\nmake test-copies\n",
+      "wrangler.toml": "# 16 ms (BENCHMARKS.md); the template's RELIABILITY.md says more.\nname = \"x\"\n",
+      "tests/a.test.mjs": '// Measured in BENCHMARKS.md.\nwrite("GONE.md", "");\n',
+      "scripts/sink.mjs": "",
+    },
+    (dir) => scriptRefs(dir),
+  );
+  assert.deepEqual(left, [".ci/run:4: names make test-copies", "tests/a.test.mjs:1: names BENCHMARKS.md", "wrangler.toml:1: names BENCHMARKS.md"]);
+});
+
 test("a Postgres copy's docs and comments give no D1-only instruction", () => {
   const left = planted(
     {

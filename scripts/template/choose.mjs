@@ -196,6 +196,8 @@ if (!everything) {
 }
 
 // 5. The Makefile's targets whose files went, and the copy's README.
+// CI's script runs what the copy has: make test, not the template's copies.
+write(".ci/run", pruneNeeds(read(".ci/run"), missing, ".ci/run"));
 let makefile = pruneNeeds(read("Makefile"), missing, "Makefile");
 for (const [, target] of read("Makefile").matchAll(/^# needs: .*\n(?:##.*\n)*([a-z-]+):/gm)) {
   if (new RegExp(`^${target}:`, "m").test(makefile)) continue;
@@ -205,7 +207,7 @@ for (const [, target] of read("Makefile").matchAll(/^# needs: .*\n(?:##.*\n)*([a
 // `make dev STORE=…` is the template's: a copy's dev.mjs reads its store
 // from wrangler.toml, and a Postgres copy's build is the postgres build.
 if (!everything) makefile = makefile
-  .replace(/^## STORE=postgres: .*\n/m, store === "postgres" ? "## Effects commit in a local Postgres cluster, in .wrangler/postgres.\n" : "")
+  .replace(/^## STORE=postgres: .*\n/m, store === "postgres" ? "## Effects commit in a local Postgres cluster (scripts/postgres.sh).\n" : "")
   .replace(/^\tif \[ "\$\(STORE\)" = postgres \];.*\n/gm, "")
   .replace(/\$\(if \$\(filter postgres,\$\(STORE\)\),WORKER_FEATURES=\$\(POSTGRES\)\) /g, "")
   .replace(/ \$\(if \$\(STORE\),--store \$\(STORE\)\)/g, "");

@@ -6,11 +6,9 @@
 
 const indent = (line) => line.match(/^[ \t]*/)[0].length;
 // Rust and JavaScript brackets, and a shell block (`then` … `fi`, `do` …
-// `done`, `case … in` … `esac`).
+// `done`; `case … in` … `esac` is found by esacOf).
 const CLOSERS = /^([}\])]|fi$|done$|esac$|else$|elif )/;
 const OPENS = /([{([]|; then|; do|^\s*else|^\s*case .* in)$/;
-// A shell `case` arm: its patterns, then `)` before any `(` (`--flag) …`, `*)`).
-const ARM = /^\s*[^\s#()][^()]*\)(\s|$)/;
 
 /**
  * The comment openers of a file's language, from its name: `--` is a
@@ -27,25 +25,17 @@ const openers = (comments) => comments.map(escape).join("|");
 
 const CASE = /^\s*case .* in$/;
 
-/** The `esac` that closes the shell `case` at `start` (its arms may sit at its own indent). */
+/**
+ * The `esac` that closes the shell `case` at `start`, whose arms may sit at
+ * its own indent; a case left open is an error, never the rest of the file.
+ */
 function esacOf(lines, start) {
   let depth = 0;
   for (let i = start; i < lines.length; i++) {
     if (CASE.test(lines[i])) depth++;
-    else if (lines[i].trim() === "esac" && --depth === 0) return i;
+    else if (/^esac\b/.test(lines[i].trim()) && --depth === 0) return i;
   }
-  return lines.length - 1;
-}
-
-/** The last line of the shell `case` arm that starts at `start`: the line that ends it with `;;`. */
-function armEnd(lines, start) {
-  for (let i = start; i < lines.length; i++) {
-    const line = lines[i].trim();
-    if (line.endsWith(";;")) return i;
-    // The last arm may end at `esac` without `;;`.
-    if (i > start && line === "esac") return i - 1;
-  }
-  return lines.length - 1;
+  throw new Error(`no esac closes the case at line ${start + 1}: ${lines[start].trim()}`);
 }
 
 /**
@@ -54,7 +44,7 @@ function armEnd(lines, start) {
  * goes on when it opens again (`) -> T {`).
  */
 export function itemEnd(lines, start, { shell = false } = {}) {
-  if (shell && ARM.test(lines[start])) return armEnd(lines, start);
+  // A marked arm is a line, or a pattern with its body indented deeper.
   if (shell && CASE.test(lines[start])) return esacOf(lines, start);
   const at = indent(lines[start]);
   let end = start;
@@ -225,7 +215,7 @@ export function fileNeedsMissing(text, missing, file) {
  */
 export function pruneNeeds(text, missing, file) {
   const comments = commentsOf(file);
-  const shell = /\.sh$/.test(file);
+  const shell = /\.sh$/.test(file) || /^#!.*\b(sh|bash)\b/.test(text);
   const lines = text.split("\n");
   for (let i = 0; i < lines.length; i++) {
     const needs = needsOf(lines[i], comments);
@@ -255,8 +245,8 @@ function leavesEmptyBlock(lines, at) {
   while (before >= 0 && (!lines[before].trim() || isComment(lines[before], ["#"]))) before--;
   let after = at;
   while (after < lines.length && (!lines[after].trim() || isComment(lines[after], ["#"]))) after++;
-  const opens = before >= 0 && /(\bthen|\bdo|^\s*else)$/.test(lines[before].trimEnd());
-  const closes = after < lines.length && /^(fi|done|else|elif)\b/.test(lines[after].trim());
+  const opens = before >= 0 && /(\bthen|\bdo|^\s*else|\{)$/.test(lines[before].trimEnd());
+  const closes = after < lines.length && /^(fi|done|else|elif|\})(\s|;|$)/.test(lines[after].trim());
   return opens && closes;
 }
 

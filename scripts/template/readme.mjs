@@ -120,11 +120,12 @@ ${postgres ? postgresTables(demos) : ""}${demos ? "\nThe demo effects in `src/ef
 ## Run it
 
 \`\`\`sh
-make dev    # http://localhost:8787, with local D1, Durable Objects and Queues${postgres ? "\n            # and a local Postgres (.wrangler/postgres) for the effects" : ""}
+make dev    # http://localhost:8787, with local D1, Durable Objects and Queues${postgres ? "\n            # and a local Postgres for the effects (sh scripts/postgres.sh psql)" : ""}
 make test   # every check, end to end in the local runtime
 \`\`\`
 
 Both install what they need first${postgres ? " (Debian's `postgresql` too)" : ""}. No Cloudflare account is needed.
+\`make dev PORT=8788\` serves on another port.
 The build's warning that the \`target_features\` section is missing is
 harmless: \`strip = true\` drops it with the function names (56 KB gzipped).
 ${dashboard ? "\nThe dashboard is at <http://localhost:8787/admin> (token: `ADMIN_TOKEN` in\n`.dev.vars`).\n" : ""}

@@ -71,7 +71,8 @@ const SECTION = /\b(README(?:\.md)?|[\w./-]+\.md)(?:'s)?[,:]? "([^"]+)"/g;
 function records(paths, line, at) {
   // A link's target is checked as a link; its text, elsewhere (`[the template's BENCHMARKS.md](https://…)`), is not one.
   const words = line.replace(/\[[^\]]*\]\((https?:|mailto:)[^)]*\)/g, "").replace(/\]\([^)]*\)/g, "]");
-  for (const [, name] of words.matchAll(/(?<![\w/.-])([A-Z][A-Z0-9_-]*\.md)\b/g)) if (!paths.includes(name)) at(`names ${name}`);
+  // "the template's BENCHMARKS.md" names the template's, which a copy need not hold.
+  for (const [, name] of words.matchAll(/(?<![\w/.-]|template's )([A-Z][A-Z0-9_-]*\.md)\b/g)) if (!paths.includes(name)) at(`names ${name}`);
 }
 
 /** What the checks share about a copy: its files, their names, its `make` targets. */
@@ -179,7 +180,11 @@ const SCRIPT_PATH = new RegExp(`(?<=^|[\\s"'\`(=:,])((?:${FOLDERS.map((f) => f.r
  * workflows of `dir` name and `dir` lacks.
  */
 export function scriptRefs(dir, { paths, targets } = inventory(dir), made = () => false) {
-  const files = paths.filter((p) => /^scripts\/[^/]+\.(sh|mjs|cjs)$/.test(p) || p === "Makefile" || /^\.github\/workflows\/[^/]+\.ya?ml$/.test(p));
+  const files = paths.filter(
+    (p) => /^scripts\/[^/]+\.(sh|mjs|cjs)$/.test(p) || ["Makefile", ".ci/run"].includes(p) || /^\.github\/workflows\/[^/]+\.ya?ml$/.test(p),
+  );
+  // Where a root record (BENCHMARKS.md) may be named in a comment: these, the TOML files and the tests.
+  const commented = [...files, ...paths.filter((p) => /^[^/]+\.toml$/.test(p) || /^tests\/.*\.mjs$/.test(p))];
   const left = [];
   for (const file of files) {
     readFileSync(join(dir, file), "utf8")
@@ -195,12 +200,17 @@ export function scriptRefs(dir, { paths, targets } = inventory(dir), made = () =
           if (made(path) || OUTPUTS.has(path) || found(paths, path)) continue;
           at(`names ${path}`);
         }
-        // A `make` command: in a code span or parentheses, or a recipe's.
-        for (const [, make] of line.matchAll(/(?:(?:^\t|[`(])make|\$\(MAKE\)) ([a-z][a-z0-9-]*)\b/g)) {
+        // A `make` command: in a code span or parentheses, a recipe's, or a script's own line.
+        for (const [, make] of line.matchAll(/(?:(?:^\s*|[`(])make|\$\(MAKE\)) ([a-z][a-z0-9-]*)\b/g)) {
           if (targets.size && !targets.has(make)) at(`names make ${make}`);
         }
         sections(dir, paths, file, line, at);
       });
+  }
+  for (const file of commented) {
+    readFileSync(join(dir, file), "utf8")
+      .split("\n")
+      .forEach((line, i) => /^\s*(#|\/\/|\*)/.test(line) && records(paths, line, (what) => left.push(`${file}:${i + 1}: ${what}`)));
   }
   return left;
 }
@@ -217,7 +227,7 @@ export function scriptRefs(dir, { paths, targets } = inventory(dir), made = () =
  */
 export function storeWordsLeft(dir, store) {
   const WORDS = {
-    postgres: [/wrangler d1 migrations create/i, /\bD1 batch/i, /tables?\b[^.]*\bunder `migrations\/`/i, /applied to \*\*D1\*\*/i],
+    postgres: [/wrangler d1 migrations create/i, /\bD1 batch/i, /\bsame D1 transaction as the ledger/i, /the ledger records it as handled/i, /tables?\b[^.]*\bunder `migrations\/`/i, /applied to \*\*D1\*\*/i],
     d1: [/postgres/i, /hyperdrive/i],
   }[store];
   if (!WORDS) throw new Error(`storeWordsLeft: store is d1 or postgres, not ${store}`);

@@ -1,9 +1,12 @@
 // Whether every file of a generated copy that has a syntax parses, each by
-// the tool that owns it: shell by `bash -n` and shellcheck, JavaScript by
-// `node --check`, TOML by Python's tomllib and wrangler's own reader, JSON
-// and YAML parsed, the Makefile by `make -n` over its targets; and no
-// `needs:` marker is left anywhere. A file already checked with the same
-// text is not checked again (`seen`), so that thirty copies take seconds.
+// the tool that owns it:
+// - shell (by its name, or its `#!` line) by `bash -n` and shellcheck;
+// - JavaScript by `node --check`; TOML by Python's tomllib and, for
+//   wrangler.toml, wrangler's own reader; JSON and YAML parsed;
+// - the Makefile by `make -n` over its targets, the recipes it prints by
+//   `sh -n`;
+// and that no `needs:` marker is left anywhere. A file already checked with
+// the same text is not checked again (`seen`): thirty copies take seconds.
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { readFileSync, readdirSync, statSync } from "node:fs";
@@ -22,12 +25,16 @@ const walk = (dir, root = dir) =>
     return statSync(path).isDirectory() ? walk(path, root) : [relative(root, path)];
   });
 
-/** Runs `cmd`; its output when it fails, else null. */
+/** Runs `cmd`; its output when it fails (or its exit status, if it says nothing), else null. */
 function failure(cmd, args, options = {}) {
   const run = spawnSync(cmd, args, { encoding: "utf8", ...options });
-  if (run.error) throw new Error(`${cmd}: ${run.error.message} (make setup installs it)`);
-  return run.status === 0 ? null : `${run.stdout}${run.stderr}`.trim();
+  if (run.error) throw new Error(`${cmd}: ${run.error.message} (make test's setup-template installs shellcheck; python3 is 3.11 or newer)`);
+  if (run.status === 0) return null;
+  return `${run.stdout}${run.stderr}`.trim() || `${cmd} exited ${run.status ?? run.signal}`;
 }
+
+/** Whether a file is a shell script: by its name, or by its `#!` line (`.ci/run`). */
+const isShell = (file, text) => /\.sh$/.test(file) || /^#!.*\b(sh|bash)\b/.test(text);
 
 /** TOML files parsed by Python's tomllib, in one run: `file: error` lines. */
 function tomlErrors(dir, files) {
@@ -64,7 +71,7 @@ export async function syntaxErrors(dir, seen = new Set()) {
     if (MARKER.test(text)) errors.push(`${file}: a needs: marker is left: ${text.match(MARKER)[0].trim()}`);
     if (!fresh(file, text)) continue;
     const at = (what) => what && errors.push(`${file}: ${what}`);
-    if (/\.sh$/.test(file)) {
+    if (isShell(file, text)) {
       at(failure("bash", ["-n", file], { cwd: dir }));
       shells.push(file);
     } else if (/\.(mjs|cjs|js)$/.test(file)) {
@@ -96,10 +103,16 @@ export async function syntaxErrors(dir, seen = new Set()) {
     }
   }
   if (files.includes("Makefile")) {
-    // Every target it declares, dry run: a prerequisite with no rule fails.
+    // Every target it declares, dry run: a prerequisite with no rule fails,
+    // and the recipes' shell, as make would run it, must parse.
     const phony = readFileSync(join(dir, "Makefile"), "utf8").match(/^\.PHONY:(.*)$/m)?.[1].trim().split(/\s+/) ?? [];
-    const out = failure("make", ["-n", "-s", "--no-print-directory", ...phony], { cwd: dir, env: { ...process.env, MAKEFLAGS: "" } });
-    if (out) errors.push(`Makefile: ${out.split("\n").filter((line) => /\*\*\*|error/i.test(line)).join("; ") || out.slice(-500)}`);
+    const run = spawnSync("make", ["-n", "-s", "--no-print-directory", ...phony], { cwd: dir, encoding: "utf8", env: { ...process.env, MAKEFLAGS: "" } });
+    if (run.status !== 0) {
+      errors.push(`Makefile: ${run.stderr.split("\n").filter((line) => /\*\*\*|error/i.test(line)).join("; ") || `make exited ${run.status}`}`);
+    } else {
+      const out = failure("sh", ["-n"], { input: run.stdout });
+      if (out) errors.push(`Makefile: a recipe's shell does not parse: ${out}`);
+    }
   }
   return errors;
 }

@@ -4,16 +4,20 @@
 # on Postgres (`-d providers=stripe -d demos=false -d dashboard=false`,
 # then `-d store=postgres`), with cargo-generate as the README's "Make it
 # yours" line does, and in each, as its owner would from a fresh state:
-# - `make test`, its whole suite, its own setup included (npm packages,
-#   PostgreSQL, whatever its scripts install);
+# - `make test`, its whole suite, its own setup included (its npm
+#   packages; the tools it finds installed);
 # - `make dev`, until it serves `GET /`.
 # Shared so that CI's time holds: the copies' compiled dependencies, one
-# cargo target directory (target/copies, a symlink in each copy). The copies
+# cargo target directory (target/copies, a symlink in each copy), and what
+# the template's make test installed before (the cargo tools, the wasm
+# target, Debian's packages): each copy's setup finds them there. The copies
 # live in a directory closed to others (mktemp -d), as a clone under /root
 # is: the Postgres copy's clusters must find a place of their own.
 set -eu
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
+# The copies' clusters are their own: none named from outside.
+unset PG_DIR PG_PORT PG_DB PG_CLUSTER
 ROOT=$PWD
 . scripts/template/generate.sh
 
@@ -23,13 +27,15 @@ mkdir -p "$SHARED"
 DEV=""
 cleanup() {
     [ -z "$DEV" ] || kill -- "-$DEV" 2>/dev/null || true
-    # The Postgres copy's clusters: stopped, and their data removed.
+    # The Postgres copy's clusters: stopped, and their data removed where
+    # they live outside the copy (scripts/postgres.sh), and nowhere else.
+    outside=$(getent passwd postgres | cut -d: -f6)/webhooks-clusters/
     for copy in "$WORK"/hooks-*; do
         [ -f "$copy/scripts/postgres.sh" ] || continue
         for cluster in postgres postgres-test; do
-            dir=$(PG_CLUSTER=$cluster sh "$copy/scripts/postgres.sh" dir)
-            PG_CLUSTER=$cluster sh "$copy/scripts/postgres.sh" stop
-            case "$dir" in "$copy"/*) ;; *) rm -rf "$dir" "$dir.lock" && rmdir "$(dirname "$dir")" 2>/dev/null || true ;; esac
+            dir=$(PG_CLUSTER=$cluster sh "$copy/scripts/postgres.sh" dir) || continue
+            PG_CLUSTER=$cluster sh "$copy/scripts/postgres.sh" stop || true
+            case "$dir" in "$outside"*/"$cluster") rm -rf "$dir" "$dir.lock" && rmdir "$(dirname "$dir")" 2>/dev/null || true ;; esac
         done
     done
     rm -rf "$WORK"

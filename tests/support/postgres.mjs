@@ -4,7 +4,7 @@
 // with PG_DIR set, it is $PG_DIR-test), a fresh database per
 // worker started, and the built postgres variant of the worker in workerd
 // with a Hyperdrive binding to it. Nothing is mocked.
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
 import { startWorker } from "./worker.mjs";
 
@@ -34,20 +34,22 @@ function running() {
   }
 }
 
-/** Runs scripts/postgres.sh with `args` on the test cluster (and `db`). */
-export function pgctl(db, ...args) {
-  try {
-    return execFileSync("sh", ["scripts/postgres.sh", ...args], {
-      env: { ...process.env, ...CLUSTER, PG_DB: db },
-      encoding: "utf8",
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-  } catch (e) {
-    // The script's own words (a missing server, a directory the server
-    // cannot reach), not a bare exit status.
-    throw new Error(`scripts/postgres.sh ${args[0]} failed (exit ${e.status}): ${String(e.stderr ?? e.message).trim()}`);
+/**
+ * Runs scripts/postgres.sh with `args` on the test cluster (and `db`). A
+ * failure carries the script's own words (a missing server, a folder the
+ * server cannot reach), not a bare exit status.
+ */
+function run(db, args) {
+  const result = spawnSync("sh", ["scripts/postgres.sh", ...args], { env: { ...process.env, ...CLUSTER, PG_DB: db }, encoding: "utf8" });
+  if (result.status !== 0) {
+    const said = (result.stderr || result.error?.message || "").trim();
+    throw new Error(`scripts/postgres.sh ${args[0]} failed (exit ${result.status ?? result.signal}): ${said}`);
   }
+  return result;
 }
+
+/** Runs scripts/postgres.sh with `args` on the test cluster (and `db`): its output. */
+export const pgctl = (db, ...args) => run(db, args).stdout;
 
 /**
  * A new database on the test cluster (started if need be), migrations
@@ -56,12 +58,21 @@ export function pgctl(db, ...args) {
  */
 export function freshDatabase() {
   const db = `t_${process.pid}_${++databases}`;
-  if (startedHere === undefined) {
-    startedHere = !running();
+  const first = startedHere === undefined;
+  if (first) startedHere = !running();
+  const { stderr } = run(db, ["start"]);
+  if (first && startedHere) {
+    // Where the cluster lives, when not in the checkout (scripts/postgres.sh says why).
+    if (stderr.trim()) console.log(stderr.trim());
     // make test leaves no cluster behind: the one this file started stops with it.
-    if (startedHere) process.once("exit", () => pgctl(db, "stop"));
+    process.once("exit", () => {
+      try {
+        pgctl(db, "stop");
+      } catch (e) {
+        console.error(e.message);
+      }
+    });
   }
-  pgctl(db, "start");
   const query = (sql) =>
     pgctl(db, "psql", "-tA", "-F", "\t", "-c", sql)
       .split("\n")
