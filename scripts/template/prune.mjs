@@ -11,17 +11,15 @@ const CLOSERS = /^([}\])]|fi$|done$|esac$|else$|elif )/;
 const OPENS = /([{([]|; then|; do|^\s*else|^\s*case .* in)$/;
 
 /**
- * The comment openers of a file's language, from its name: `--` is a
+ * The comment opener of a file's language, from its name: `--` is a
  * comment in SQL alone (in shell it starts an option), `#` in shell, the
  * Makefile, TOML and YAML.
  */
-export function commentsOf(file) {
-  if (/\.sql$/.test(file)) return ["--"];
-  if (/\.(rs|mjs|cjs|js)$/.test(file)) return ["//"];
-  return ["#"];
+function commentOf(file) {
+  if (/\.sql$/.test(file)) return "--";
+  if (/\.(rs|mjs|cjs|js)$/.test(file)) return "//";
+  return "#";
 }
-const escape = (text) => text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
-const openers = (comments) => comments.map(escape).join("|");
 
 const CASE = /^\s*case .* in$/;
 
@@ -181,52 +179,53 @@ export function cutItems(text, pattern, { comments = false } = {}) {
 /**
  * What a `needs:` comment asks: `// needs: stripe, demos` (all of them) or
  * `// needs one of: svix, standard-webhooks`, with the file's own comment
- * opener (`commentsOf`). `null` on any other line.
+ * opener (`commentOf`). `null` on any other line.
  */
-function needsOf(line, comments = ["//"]) {
-  const match = line.match(new RegExp(`^\\s*(?:${openers(comments)}) needs( one of)?: (.*)$`));
+function needsOf(line, comment = "//") {
+  const text = line.trimStart();
+  const match = text.startsWith(comment) && text.slice(comment.length).match(/^ needs( one of)?: (.*)$/);
   if (!match) return null;
   const names = match[2].split(/,\s*/);
   return (missing) => (match[1] ? names.every((n) => missing.has(n)) : names.some((n) => missing.has(n)));
 }
 
-/** Whether `line` is a comment in a language whose comments open with `comments`. */
-const isComment = (line, comments) => new RegExp(`^\\s*(${openers(comments)})`).test(line);
+/** Whether `line` is a comment in a language whose comments open with `comment`. */
+const isComment = (line, comment) => line.trimStart().startsWith(comment);
 
 /** How many lines the file's opening comment block runs to. */
-function headerEnd(lines, comments) {
-  const end = lines.findIndex((line) => !isComment(line, comments));
+function headerEnd(lines, comment) {
+  const end = lines.findIndex((line) => !isComment(line, comment));
   return end < 0 ? lines.length : end;
 }
 
 /** Whether a file's opening comment says it needs something left out. */
 export function fileNeedsMissing(text, missing, file) {
-  const comments = commentsOf(file);
+  const comment = commentOf(file);
   const lines = text.split("\n");
-  return lines.slice(0, headerEnd(lines, comments)).some((line) => needsOf(line, comments)?.(missing));
+  return lines.slice(0, headerEnd(lines, comment)).some((line) => needsOf(line, comment)?.(missing));
 }
 
 /**
  * Cuts each item marked by a `needs:` line above it whose needs include
  * something left out; drops the markers of those that stay. `file` names
- * the language (`commentsOf`): in shell, a marked `case` arm goes alone,
+ * the language (`commentOf`): in shell, a marked `case` arm goes alone,
  * and a cut that would leave a block empty (`then` right above `fi`) is
  * refused, since the copy would not parse.
  */
 export function pruneNeeds(text, missing, file) {
-  const comments = commentsOf(file);
+  const comment = commentOf(file);
   const shell = /\.sh$/.test(file) || /^#!.*\b(sh|bash)\b/.test(text);
   const lines = text.split("\n");
   for (let i = 0; i < lines.length; i++) {
-    const needs = needsOf(lines[i], comments);
+    const needs = needsOf(lines[i], comment);
     if (!needs) continue;
-    if (i < headerEnd(lines, comments)) {
+    if (i < headerEnd(lines, comment)) {
       // The file's own needs, met: it stays, without the marker.
       lines.splice(i--, 1);
       continue;
     }
     if (needs(missing)) {
-      const start = pastComments(lines, i + 1, comments);
+      const start = pastComments(lines, i + 1, comment);
       if (start >= lines.length) throw new Error(`${file}: a needs: line with no item after it: ${lines[i]}`);
       const marker = lines[i];
       cut(lines, i, itemEnd(lines, start, { shell }));
@@ -242,20 +241,20 @@ export function pruneNeeds(text, missing, file) {
 /** Whether the shell block around line `at` (where a cut was) holds no command. */
 function leavesEmptyBlock(lines, at) {
   let before = at - 1;
-  while (before >= 0 && (!lines[before].trim() || isComment(lines[before], ["#"]))) before--;
+  while (before >= 0 && (!lines[before].trim() || isComment(lines[before], "#"))) before--;
   let after = at;
-  while (after < lines.length && (!lines[after].trim() || isComment(lines[after], ["#"]))) after++;
+  while (after < lines.length && (!lines[after].trim() || isComment(lines[after], "#"))) after++;
   const opens = before >= 0 && /(\bthen|\bdo|^\s*else|\{)$/.test(lines[before].trimEnd());
   const closes = after < lines.length && /^(fi|done|else|elif|\})(\s|;|$)/.test(lines[after].trim());
   return opens && closes;
 }
 
 /**
- * The first line at or after `i` that is not a comment (with `comments`'
- * openers) or, in Rust, an attribute or a block comment.
+ * The first line at or after `i` that is not a comment (opened with
+ * `comment`) or, in Rust, an attribute or a block comment.
  */
-function pastComments(lines, i, comments) {
-  const rust = comments.includes("//");
+function pastComments(lines, i, comment) {
+  const rust = comment === "//";
   while (i < lines.length) {
     const line = lines[i].trim();
     if (rust && line.startsWith("/*")) {
@@ -265,7 +264,7 @@ function pastComments(lines, i, comments) {
       // An attribute rustfmt broke over lines.
       while (i < lines.length && !lines[i].trimEnd().endsWith(")]")) i++;
       i++;
-    } else if ((rust && line.startsWith("#[")) || isComment(line, comments)) {
+    } else if ((rust && line.startsWith("#[")) || isComment(line, comment)) {
       i++;
     } else {
       return i;
