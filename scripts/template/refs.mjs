@@ -30,7 +30,8 @@ const SKIP = new Set(["node_modules", "target", "build", ".git", ".wrangler"]);
 const OUTPUTS = new Set(["tests/artifacts/", "tests/artifacts"]);
 const EXTENSIONS = /\.(rs|mjs|js|sql|sh|md|toml|json|yml|png)$/;
 
-const walk = (dir, root = dir) =>
+/** Every file and folder (`folder/`) of a checkout, relative to it, without builds, packages and state. */
+export const walk = (dir, root = dir) =>
   readdirSync(dir).flatMap((entry) => {
     if (SKIP.has(entry)) return [];
     const path = join(dir, entry);

@@ -9,21 +9,15 @@
 // the same text is not checked again (`seen`): thirty copies take seconds.
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { readFileSync, readdirSync, statSync } from "node:fs";
-import { join, relative } from "node:path";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 
 import { parseAllDocuments } from "yaml";
 
-const SKIP = new Set(["node_modules", "target", "build", ".git", ".wrangler"]);
+import { walk } from "./refs.mjs";
+
 const BINARY = /\.(png|wasm)$/;
 const MARKER = /^\s*(\/\/|#|--|<!--) needs( one of)?: /m;
-
-const walk = (dir, root = dir) =>
-  readdirSync(dir).flatMap((entry) => {
-    if (SKIP.has(entry)) return [];
-    const path = join(dir, entry);
-    return statSync(path).isDirectory() ? walk(path, root) : [relative(root, path)];
-  });
 
 /** Runs `cmd`; its output when it fails (or its exit status, if it says nothing), else null. */
 function failure(cmd, args, options = {}) {
@@ -56,7 +50,7 @@ function tomlErrors(dir, files) {
  * keeps a `needs:` marker. `seen` (a Set) carries checked texts across calls.
  */
 export async function syntaxErrors(dir, seen = new Set()) {
-  const files = walk(dir).filter((file) => !BINARY.test(file));
+  const files = walk(dir).filter((file) => !file.endsWith("/") && !BINARY.test(file));
   const errors = [];
   const fresh = (file, text) => {
     const key = `${file.split(".").at(-1)}:${createHash("sha256").update(text).digest("hex")}`;
