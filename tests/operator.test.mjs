@@ -6,7 +6,9 @@
 import assert from "node:assert/strict";
 // needs: dashboard
 import { createHmac } from "node:crypto";
+import { readFileSync, readdirSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
+import { unstable_splitSqlQuery } from "wrangler";
 
 // needs: github
 import { githubHeaders, uniqueId } from "./support/sign.mjs";
@@ -195,20 +197,41 @@ describe("the admin token", () => {
 });
 
 describe("a D1 without its tables", () => {
-  test("the event is held, and the log says once which command fixes it", async () => {
-    const w = await startWorker({ ...SOURCE_SECRETS, EFFECT_RETRY_BASE_MS: "60000" });
+  test("the event is held, the sender told which migration is missing (500), the log says it once; applied, the alarm applies it", async () => {
+    const w = await startWorker({ ...SOURCE_SECRETS, EFFECT_RETRY_BASE_MS: "1000" });
     try {
-      // As plain `wrangler dev` before `wrangler d1 migrations apply`.
+      // As plain `wrangler dev` before `wrangler d1 migrations apply`, or
+      // an engine upgraded without its migrations.
       await w.db.prepare("DROP TABLE processed_events").run();
+      const keys = [];
       for (let i = 0; i < 3; i++) {
         const event = eventOf(FIRST);
+        const key = `${FIRST}:${event.id}`;
+        keys.push(key);
         const res = await reply(await w.post(`/webhooks/${FIRST}`, event.body, event.headers));
-        assert.deepEqual(res, { status: 200, body: { outcome: "accepted", key: `${FIRST}:${event.id}` } });
-        assert.equal((await w.inboxState(`${FIRST}:${event.id}`)).state, "received", "held for its alarm");
+        assert.deepEqual(res, {
+          status: 500,
+          body: { outcome: "accepted", key, error: "misconfigured", missing_migration: "engine_schema" },
+        });
+        assert.equal((await w.inboxState(key)).state, "received", "held for its alarm");
+        // A copy meanwhile is told the same.
+        const copy = await reply(await w.post(`/webhooks/${FIRST}`, event.body, event.headers));
+        assert.equal(copy.status, 500);
+        assert.equal(copy.body.missing_migration, "engine_schema");
       }
-      const told = w.logged("d1_tables_missing");
+      const told = w.logged("store_behind");
       assert.equal(told.length, 1, "once");
-      assert.match(told[0].detail, /npx wrangler d1 migrations apply DB --local/);
+      assert.match(told[0].detail, /missing migration engine_schema \(migrations\/NNNN_engine_schema\.sql\)/);
+      assert.match(told[0].detail, /wrangler d1 migrations apply DB/);
+      assert.equal(w.logged("effect_failed").filter((l) => !/missing migration/.test(l.error)).length, 0);
+      const schema = readdirSync("migrations").find((file) => /^\d{4}_engine_schema\.sql$/.test(file));
+      const sql = readFileSync(`migrations/${schema}`, "utf8");
+      await w.db.batch(unstable_splitSqlQuery(sql).map((q) => w.db.prepare(q)));
+      await eventually(async () => {
+        const { results } = await w.db.prepare("SELECT source || ':' || event_id AS key FROM processed_events").all();
+        return results.length === 3;
+      }, 20_000, "the alarms apply the held events");
+      for (const key of keys) assert.equal((await w.inboxState(key)).state, "done");
     } finally {
       await w.dispose();
     }

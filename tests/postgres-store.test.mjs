@@ -4,6 +4,7 @@
 // and Postgres stopped and started again, each counted in Postgres's
 // ledger. The demo effects' own Postgres tests, where a copy keeps them, go further.
 import assert from "node:assert/strict";
+import { readFileSync, readdirSync } from "node:fs";
 import { after, before, test } from "node:test";
 
 import { freshDatabase, startPostgresWorker } from "./support/postgres.mjs";
@@ -13,6 +14,18 @@ import { eventually } from "./support/worker.mjs";
 let pg;
 let w;
 const ledger = () => Number(pg.scalar(`SELECT count(*) FROM processed_events WHERE source = '${FIRST}'`));
+
+/** A copy, once the inbox has recorded the event as done: a duplicate, never processed again. */
+const untilDuplicate = (worker, event) =>
+  eventually(
+    async () => {
+      const { outcome } = (await send(worker, FIRST, event)).body;
+      assert.notEqual(outcome, "processed");
+      return outcome === "duplicate";
+    },
+    10_000,
+    "a duplicate",
+  );
 
 before(async () => {
   pg = freshDatabase();
@@ -49,15 +62,35 @@ test(`${FIRST}: Postgres stopped, 503 with Retry-After; started again, the alarm
     pg.start();
   }
   await eventually(() => ledger() === 12, 20_000, "the alarm's retry");
-  // A copy once the inbox has recorded it: a duplicate, never processed again.
-  await eventually(
-    async () => {
-      const { outcome } = (await send(w, FIRST, event)).body;
-      assert.notEqual(outcome, "processed");
-      return outcome === "duplicate";
-    },
-    10_000,
-    "a duplicate",
-  );
+  await untilDuplicate(w, event);
   assert.equal(ledger(), 12);
+});
+
+test(`${FIRST}: a database without the engine's newest migration: 500 naming it, one log line; applied, the alarm applies the event once`, async () => {
+  // As a database migrated before migrations-postgres/…_engine_handoff_tries.sql.
+  const behind = freshDatabase();
+  behind.query("ALTER TABLE webhook_outbox DROP COLUMN tries; DELETE FROM webhook_migrations WHERE name LIKE '%_engine_handoff_tries.sql'");
+  const worker = await startPostgresWorker(behind, { ...SOURCE_SECRETS, EFFECT_RETRY_BASE_MS: "1000" });
+  const count = () => Number(behind.scalar(`SELECT count(*) FROM processed_events WHERE source = '${FIRST}'`));
+  try {
+    const event = eventOf(FIRST);
+    const key = `${FIRST}:${event.id}`;
+    for (let i = 0; i < 2; i++) {
+      const reply = await worker.post(`/webhooks/${FIRST}`, event.body, event.headers);
+      assert.equal(reply.status, 500);
+      assert.deepEqual(await reply.json(), { outcome: "accepted", key, error: "misconfigured", missing_migration: "engine_handoff_tries" });
+    }
+    assert.equal(count(), 0, "nothing committed");
+    const told = worker.logged("store_behind");
+    assert.equal(told.length, 1, "once");
+    assert.match(told[0].detail, /migrations-postgres\/NNNN_engine_handoff_tries\.sql/);
+    assert.match(told[0].detail, /42703/);
+    // What make deploy (or make dev) runs: the migration, as a copy holds it.
+    behind.query(readFileSync(`migrations-postgres/${readdirSync("migrations-postgres").find((f) => /^\d{4}_engine_handoff_tries\.sql$/.test(f))}`, "utf8"));
+    await eventually(() => count() === 1, 20_000, "the alarm's retry");
+    await untilDuplicate(worker, event);
+    assert.equal(count(), 1);
+  } finally {
+    await worker.dispose();
+  }
 });

@@ -231,13 +231,21 @@ test("the app's worker dependency follows the engine's, in either form, whicheve
 });
 
 test("every engine migration is named NNNN_engine_<what>.sql", () => {
-  for (const file of readdirSync("crates/engine/migrations")) assert.match(file, /^\d{4}_engine_[a-z0-9_]+\.sql$/);
+  for (const dir of ["crates/engine/migrations", "crates/engine/migrations-postgres"]) {
+    for (const file of readdirSync(dir)) assert.match(file, /^\d{4}_engine_[a-z0-9_]+\.sql$/);
+  }
 });
 
 // needs: postgres, template
-test("migrations-postgres/ holds the engine's Postgres schema as the engine ships it", () => {
-  for (const file of readdirSync("crates/engine/migrations-postgres")) {
-    assert.equal(readFileSync(`migrations-postgres/${file}`, "utf8"), readFileSync(`crates/engine/migrations-postgres/${file}`, "utf8"), file);
+test("migrations-postgres/ holds each of the engine's Postgres migrations as the engine ships it, after the template's own", () => {
+  const ours = readdirSync("migrations-postgres").sort();
+  let last = "";
+  for (const file of readdirSync("crates/engine/migrations-postgres").sort()) {
+    const mine = ours.find((o) => o.slice(5) === file.slice(5));
+    assert.ok(mine, `migrations-postgres/ has no NNNN_${file.slice(5)}`);
+    assert.ok(mine > last, `${mine} comes after ${last}`);
+    last = mine;
+    assert.equal(readFileSync(`migrations-postgres/${mine}`, "utf8"), readFileSync(`crates/engine/migrations-postgres/${file}`, "utf8"), file);
   }
 });
 

@@ -112,11 +112,17 @@ impl Db {
 
     /// Runs the statements as one transaction: all commit, or none.
     pub async fn batch(&self, statements: &[Statement]) -> Result<()> {
+        noted(self.probe(statements).await)
+    }
+
+    /// Runs the statements as [`Db::batch`] does, but a missing table is
+    /// not logged: what probes for one says so itself (see `migrations`).
+    pub async fn probe(&self, statements: &[Statement]) -> Result<()> {
         let prepared = statements
             .iter()
             .map(|s| self.prepare(s))
             .collect::<Result<Vec<_>>>()?;
-        noted(self.0.batch(prepared).await).map(drop)
+        self.0.batch(prepared).await.map(drop)
     }
 
     /// Runs the statements as one transaction, as [`Db::batch`], and

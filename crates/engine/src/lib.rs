@@ -143,6 +143,7 @@ mod http;
 mod inbox;
 mod ledger;
 mod log;
+mod migrations;
 mod names;
 pub mod outbox;
 #[cfg(feature = "postgres")]

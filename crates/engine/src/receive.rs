@@ -159,6 +159,14 @@ enum Reply<'a> {
         /// event is stored, and its alarm retries it.
         #[serde(skip_serializing_if = "Option::is_none")]
         store: Option<&'static str>,
+        /// `misconfigured` when the store lacks one of the engine's
+        /// migrations (a 500): the event is stored, and its alarm retries
+        /// it once the migration is applied.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<&'static str>,
+        /// That migration's name (`engine_handoff_tries`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        missing_migration: Option<&'a str>,
     },
     Refused {
         error: &'static str,
@@ -185,7 +193,14 @@ pub async fn handle(
         Ok(Taken::Event(answer)) => answer.retry_after_s,
         _ => None,
     };
+    let missing_migration = match &result {
+        Ok(Taken::Event(answer)) => answer.missing_migration.as_deref(),
+        _ => None,
+    };
     let (status, outcome, refusal) = match &result {
+        Ok(Taken::Event(answer)) if missing_migration.is_some() => {
+            (500, answer.outcome.name(), None)
+        }
         Ok(Taken::Event(answer)) if retry_after_s.is_some() => (503, answer.outcome.name(), None),
         Ok(Taken::Event(answer)) => (200, answer.outcome.name(), None),
         Ok(Taken::Handshake(_)) => (200, "handshake", None),
@@ -247,7 +262,10 @@ pub async fn handle(
             outcome,
             key,
             reply_after: recorded.then_some(ReplyAfter::Record.name()),
-            store: retry_after_s.map(|_| "unavailable"),
+            store: (retry_after_s.is_some() && missing_migration.is_none())
+                .then_some("unavailable"),
+            error: missing_migration.map(|_| "misconfigured"),
+            missing_migration,
         },
     };
     let response = Response::from_json(&reply)?.with_status(status);

@@ -11,6 +11,7 @@ use crate::config::Store;
 use crate::d1::{Db, Statement};
 use crate::event::VerifiedEvent;
 use crate::ledger::{self, Applied};
+use crate::migrations::{self, Behind};
 
 /// Why an effect did not commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +26,10 @@ pub(crate) enum NotApplied {
     /// so that an effect always too slow ends listed as failed.
     #[cfg_attr(not(feature = "postgres"), expect(dead_code))]
     TooSlow(String),
+    /// The store lacks one of the engine's migrations: the event waits for
+    /// it, spending no attempt, and its sender is told (500
+    /// `misconfigured`, naming it).
+    Behind(Behind),
     /// The store refused or failed the transaction; the alarm retries.
     Failed(String),
 }
@@ -45,6 +50,7 @@ impl NotApplied {
             NotApplied::Unreachable(why) | NotApplied::TooSlow(why) => {
                 format!("{UNAVAILABLE}{why}")
             }
+            NotApplied::Behind(behind) => behind.message(),
             NotApplied::Failed(why) => why.clone(),
         }
     }
@@ -60,10 +66,12 @@ pub(crate) async fn apply(
     let failed = |e: worker::Error| NotApplied::Failed(e.to_string());
     match store {
         Store::D1 => {
+            let db = Db::from_env(env).map_err(failed)?;
+            if let Some(behind) = d1_behind(&db).await {
+                return Err(NotApplied::Behind(behind));
+            }
             let batch = without_row_locks(batch);
-            ledger::apply(&Db::from_env(env).map_err(failed)?, event, &batch)
-                .await
-                .map_err(failed)
+            ledger::apply(&db, event, &batch).await.map_err(failed)
         }
         #[cfg(feature = "postgres")]
         Store::Postgres => {
@@ -74,12 +82,38 @@ pub(crate) async fn apply(
                     PgError::Unavailable(_) => NotApplied::Unreachable(e.message()),
                     PgError::Slow(_) => NotApplied::TooSlow(e.message()),
                     PgError::Refused(_) => NotApplied::Failed(e.message()),
+                    PgError::Behind(behind) => NotApplied::Behind(behind),
                 })
         }
         // Refused by the settings before any event gets here.
         #[cfg(not(feature = "postgres"))]
         Store::Postgres => Err(NotApplied::Failed(NEEDS_FEATURE.into())),
     }
+}
+
+/// The first of the engine's D1 migrations that D1 lacks, probed once per
+/// isolate (one batch; each probe alone only when it fails). Any other
+/// failure leaves the check for the next event: the effect's own batch
+/// then says what went wrong.
+async fn d1_behind(db: &Db) -> Option<Behind> {
+    let probes = migrations::unchecked(Store::D1);
+    if probes.is_empty() {
+        return None;
+    }
+    let statement = |m: &migrations::Migration| Statement::new(m.probe, Vec::new());
+    let all: Vec<Statement> = probes.iter().map(statement).collect();
+    match db.probe(&all).await {
+        Ok(()) => migrations::passed(Store::D1),
+        Err(e) if migrations::d1_missing(&e.to_string()) => {
+            for migration in probes {
+                if let Err(e) = db.probe(&[statement(migration)]).await {
+                    return Some(migrations::behind(migration, e.to_string()));
+                }
+            }
+        }
+        Err(_) => {}
+    }
+    None
 }
 
 /// A write `SELECT … FOR UPDATE` locks a row another event's transaction

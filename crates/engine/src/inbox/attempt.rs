@@ -24,9 +24,10 @@ pub(super) enum Tried {
     Applied(Applied, Option<Held>),
     /// Failed; the alarm retries it.
     WillRetry,
-    /// Failed because the store could not be reached; the alarm retries it
-    /// in this many ms, and the sender is asked to come back then.
-    Unavailable(i64),
+    /// Failed because the store could not be reached, or lacks one of the
+    /// engine's migrations (named); the alarm retries it in this many ms,
+    /// and the sender is asked to come back then.
+    Unavailable(i64, Option<&'static str>),
     /// Failed, and the budget is spent: the event is `failed`.
     GaveUp,
     /// Not applied: an operator's dismissal had committed (its reply lost).
@@ -43,10 +44,12 @@ impl Tried {
                 replayed_body_of: Some(dedupe_key(source, &of)),
                 recorded: false,
                 retry_after_s: None,
+                missing_migration: None,
             },
             Tried::WillRetry => Outcome::Accepted.into(),
-            Tried::Unavailable(retry_in_ms) => Answer {
+            Tried::Unavailable(retry_in_ms, behind) => Answer {
                 retry_after_s: Some(((retry_in_ms + 999) / 1_000).max(1)),
+                missing_migration: behind.map(str::to_string),
                 ..Outcome::Accepted.into()
             },
             Tried::GaveUp => Outcome::Failed.into(),
@@ -179,7 +182,11 @@ impl Inbox {
             Err(error) => error,
         };
         let unavailable = !matches!(error, NotApplied::Failed(_));
-        let waits = matches!(error, NotApplied::Unreachable(_));
+        let waits = matches!(error, NotApplied::Unreachable(_) | NotApplied::Behind(_));
+        let behind = match &error {
+            NotApplied::Behind(behind) => Some(behind.migration.name),
+            _ => None,
+        };
         let error = error.message();
         let Some(failures) = self.store.record_failure(&error, !waits)? else {
             // Not an attempt at a pending event (an operator's replay of a
@@ -199,7 +206,7 @@ impl Inbox {
         if let AfterFailure::RetryIn(delay_ms) = next {
             self.set_alarm_in(delay_ms).await?;
             return Ok(match unavailable {
-                true => Tried::Unavailable(delay_ms),
+                true => Tried::Unavailable(delay_ms, behind),
                 false => Tried::WillRetry,
             });
         }

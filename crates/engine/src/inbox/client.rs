@@ -58,6 +58,10 @@ pub struct Answer {
     /// this many seconds, and the sender is asked to come back then (503).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_s: Option<i64>,
+    /// Stored, but the store lacks this migration of the engine's: the
+    /// sender is told (500 `misconfigured`), and the alarm retries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing_migration: Option<String>,
 }
 
 impl From<Outcome> for Answer {
@@ -67,6 +71,7 @@ impl From<Outcome> for Answer {
             replayed_body_of: None,
             recorded: false,
             retry_after_s: None,
+            missing_migration: None,
         }
     }
 }

@@ -288,8 +288,9 @@ impl Inbox {
             Claim::Held(state) => {
                 self.ensure_alarm(&event, state, settings).await?;
                 match self.waiting_for_store(state).await? {
-                    Some(retry_after_s) => Answer {
+                    Some((retry_after_s, missing_migration)) => Answer {
                         retry_after_s: Some(retry_after_s),
+                        missing_migration,
                         ..Outcome::Accepted.into()
                     },
                     None => Outcome::Duplicate.into(),
@@ -299,21 +300,25 @@ impl Inbox {
         Response::from_json(&answer).map(Received::from)
     }
 
-    /// For a held event whose last attempt could not reach its store: the
-    /// seconds until its alarm retries, so that a copy is told to come back
-    /// then (503), as the first delivery was, rather than that it is done.
-    async fn waiting_for_store(&self, state: EventState) -> Result<Option<i64>> {
+    /// For a held event whose last attempt could not reach its store, or
+    /// found it behind: the seconds until its alarm retries (and the missing
+    /// migration), so that a copy is told as the first delivery was
+    /// (503, or 500 `misconfigured`), rather than that it is done.
+    async fn waiting_for_store(&self, state: EventState) -> Result<Option<(i64, Option<String>)>> {
         if state != EventState::Received {
             return Ok(None);
         }
         let row = self.store.load()?;
-        let last_error = row.as_ref().and_then(|row| row.last_error.as_deref());
-        if !last_error.is_some_and(crate::store::is_unavailable) {
+        let Some(last_error) = row.as_ref().and_then(|row| row.last_error.as_deref()) else {
+            return Ok(None);
+        };
+        let missing = crate::migrations::missing_of(last_error).map(str::to_string);
+        if missing.is_none() && !crate::store::is_unavailable(last_error) {
             return Ok(None);
         }
         let alarm = self.state.storage().get_alarm().await?;
         let in_ms = alarm.map_or(0, |at| at - now_ms());
-        Ok(Some(((in_ms + 999) / 1_000).max(1)))
+        Ok(Some((((in_ms + 999) / 1_000).max(1), missing)))
     }
 
     /// One more attempt at a failed event for a new copy of it.

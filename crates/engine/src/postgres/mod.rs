@@ -19,9 +19,12 @@ mod sql;
 use std::pin::pin;
 use std::time::Duration;
 
-use futures_util::future::{join3, select, Either};
+use futures_util::future::{join, join3, join_all, select, Either};
 use tokio_postgres::{config::SslMode, Client, Config, NoTls};
 use worker::{Delay, Env};
+
+use crate::config::Store;
+use crate::migrations::{self, Behind};
 
 pub(crate) use apply::{apply, dismiss, dismissed, handled};
 pub(crate) use handoff::run as relay;
@@ -39,14 +42,34 @@ const DEADLINE: Duration = Duration::from_millis(5_000);
 /// trips), so that an abandoned transaction never holds a ledger key.
 /// `BEGIN` on its own, so that nothing can run outside the transaction;
 /// each limit after it in the same pipeline (a refused one aborts it).
-pub(crate) async fn begin(client: &Client) -> Result<(), tokio_postgres::Error> {
-    let (begun, statement, idle) = join3(
-        client.batch_execute("BEGIN"),
-        client.batch_execute("SET LOCAL statement_timeout = 4000"),
-        client.batch_execute("SET LOCAL idle_in_transaction_session_timeout = 10000"),
+/// The first unit of an isolate also probes the engine's migrations there
+/// (see `migrations`): no round trip of their own.
+pub(crate) async fn begin(client: &Client) -> Result<(), PgError> {
+    let probes = migrations::unchecked(Store::Postgres);
+    let ((begun, statement, idle), probed) = join(
+        join3(
+            client.batch_execute("BEGIN"),
+            client.batch_execute("SET LOCAL statement_timeout = 4000"),
+            client.batch_execute("SET LOCAL idle_in_transaction_session_timeout = 10000"),
+        ),
+        join_all(probes.iter().map(|m| client.batch_execute(m.probe))),
     )
     .await;
-    begun.and(statement).and(idle)
+    begun.and(statement).and(idle)?;
+    for (migration, result) in probes.iter().zip(probed) {
+        let Err(e) = result else { continue };
+        let missing = e
+            .code()
+            .is_some_and(|c| migrations::postgres_missing(c.code()));
+        return Err(match PgError::from(e) {
+            PgError::Refused(why) if missing => PgError::Behind(migrations::behind(migration, why)),
+            error => error,
+        });
+    }
+    if !probes.is_empty() {
+        migrations::passed(Store::Postgres);
+    }
+    Ok(())
 }
 
 /// Why a unit of work did not complete.
@@ -62,6 +85,9 @@ pub(crate) enum PgError {
     /// Postgres refused a statement (an effect's SQL, a constraint). The
     /// transaction rolled back.
     Refused(String),
+    /// Postgres lacks one of the engine's migrations: the event waits for
+    /// it, and its sender is told (500 `misconfigured`).
+    Behind(Behind),
 }
 
 impl PgError {
@@ -70,6 +96,7 @@ impl PgError {
             PgError::Unavailable(why) => format!("postgres: {why}"),
             PgError::Slow(why) => format!("postgres too slow: {why}"),
             PgError::Refused(why) => format!("postgres refused: {why}"),
+            PgError::Behind(behind) => behind.message(),
         }
     }
 }
