@@ -17,7 +17,7 @@ MINIMAL := stripe,github
 # The build whose effects may commit in Postgres (docs/postgres.md).
 POSTGRES := stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,generic-hmac,admin,dashboard,postgres
 
-.PHONY: dev sink test test-copies setup setup-test setup-template build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench
+.PHONY: dev sink test test-copies setup setup-test setup-template build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench semver-check
 
 ## Serve the worker on http://localhost:$(PORT) with local D1, Durable
 ## Objects and Queues (state in .wrangler/), secrets from .dev.vars, and the
@@ -148,6 +148,14 @@ upgrade:
 ## make dev (scripts/template/test-copies.sh).
 test-copies: setup
 	sh scripts/template/test-copies.sh
+
+# needs: template
+## The engine's public API against its last release (the newest engine-v*
+## tag, or BASE=<tag>): a break the version does not announce fails
+## (cargo-semver-checks). A release step, not CI's: its first install takes
+## about 6 minutes (docs/releasing.md).
+semver-check:
+	sh scripts/template/semver-check.sh
 
 ## cargo generate from this checkout into a temporary directory, four
 ## copies (Stripe alone; GitHub and hmac; Twilio first; every default),

@@ -4,12 +4,14 @@
 //! wires the worker's entry points to the engine.
 //!
 //! Yours to edit: `effects/` (an effect: its file, its line in `EFFECTS`,
-//! its migration), and this file (a provider of your own: its line in
-//! `APP.providers`; a route of your own: a match arm before the engine's
+//! its migration), and this file (a provider or a side effect of your own:
+//! its line in `APP`; a route of your own: a match arm before the engine's
 //! `fetch`). The engine is never edited: a newer one replaces it whole.
 
 pub mod effects;
 
+use webhook_engine::providers::Build;
+use webhook_engine::App;
 use worker::wasm_bindgen::JsValue;
 use worker::{
     event, Context, Env, MessageBatch, Request, Response, Result, ScheduleContext, ScheduledEvent,
@@ -19,13 +21,17 @@ use worker::{
 /// (all of them: a newer engine's come along).
 pub use webhook_engine::objects::*;
 
-/// What the engine runs with: your effects, and your own providers.
-static APP: webhook_engine::App = webhook_engine::App {
-    effects: effects::EFFECTS,
-    providers: &[
-        // (name, constructor): one line per provider of your own.
-    ],
-};
+/// Your own providers: `(name, constructor)`, the name being what a
+/// source's `provider` says (docs/extend.md).
+const PROVIDERS: &[(&str, Build)] = &[
+    // (name, constructor): one line per provider of your own.
+];
+
+/// What the engine runs with: your effects, your side effects and your
+/// providers.
+static APP: App = App::new(effects::EFFECTS)
+    .side_effects(effects::SIDE_EFFECTS)
+    .providers(PROVIDERS);
 
 #[event(start)]
 fn start() {

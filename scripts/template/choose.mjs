@@ -138,10 +138,12 @@ if (unchosen.length) {
   }
 }
 // A demo effect whose file went (no demos, or not its provider) leaves no line.
-const gone = ["orders", "stars", "subscriptions"].filter((effect) => !existsSync(`src/effects/${effect}.rs`));
+const gone = ["contacts", "orders", "stars", "subscriptions"].filter((effect) => !existsSync(`src/effects/${effect}.rs`));
 if (gone.length) {
   const effects = "src/effects/mod.rs";
-  write(effects, cutItems(read(effects), new RegExp(`^(mod (${gone.join("|")});|\\s+\\("[a-z]+", "[a-z_.]+", (${gone.join("|")})::)`)));
+  const names = gone.join("|");
+  // Its `mod` line, its lines in EFFECTS, and its performers' in SIDE_EFFECTS.
+  write(effects, cutItems(read(effects), new RegExp(`^(mod (${names});|\\s+\\(("[a-z]+", "[a-z_.]+", )?(${names})::)`)));
 }
 // A copy starts its history clean: the engine's migrations (the schema the
 // template's history ends with), then the kept demos' tables, numbered from

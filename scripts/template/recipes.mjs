@@ -31,10 +31,9 @@ const MARK_PAID: &str = "INSERT INTO invoices (id, status, amount_paid, currency
 /// keyed by the invoice (two events about it send one).
 pub fn paid(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
     let invoice = parse::<StripeEvent<Invoice>>(&event.body)?.data.object;
-    let email = invoice.customer_email.as_ref().map(|to| Email {
-        to: to.clone(),
-        subject: "Payment received".into(),
-        text: format!("Invoice {} is paid. Thank you!", invoice.id),
+    let email = invoice.customer_email.as_ref().map(|to| {
+        let text = format!("Invoice {} is paid. Thank you!", invoice.id);
+        Email::new(to.as_str(), "Payment received", text)
     });
     let writes = vec![Statement::new(
         MARK_PAID,
@@ -45,11 +44,8 @@ pub fn paid(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
             now.into(),
         ],
     )];
-    let side_effects = email.map(|email| email.send().about("invoice", &invoice.id));
-    Ok(Effect {
-        writes,
-        side_effects: side_effects.into_iter().collect(),
-    })
+    let receipt = email.map(|email| email.send().about("invoice", &invoice.id));
+    Ok(Effect::new(writes).with(receipt))
 }
 `;
 
@@ -168,10 +164,7 @@ impl Provider for AcmePay {
     fn identify(&self, req: &RawRequest) -> Result<Identity, Rejection> {
         let id = required_header(req, "x-acme-pay-event-id").ok_or(Rejection::MissingEventId)?;
         let kind = required_header(req, "x-acme-pay-event-type").unwrap_or("event");
-        Ok(Identity::Event(EventIdentity {
-            id: id.to_string(),
-            kind: kind.to_string(),
-        }))
+        Ok(Identity::Event(EventIdentity::new(id, kind)))
     }
 }
 
@@ -240,7 +233,7 @@ export const RECIPES = [
     steps: [
       { write: "src/acme_pay.rs", text: PROVIDER_RS, say: "The provider, in a new file `src/acme_pay.rs` (`verify` runs before anything reads the body):" },
       { insert: "src/lib.rs", after: /^pub mod effects;$/m, before: true, text: "mod acme_pay;\n", say: "Its `mod` line in `src/lib.rs`:" },
-      { insert: "src/lib.rs", after: /^ {8}\/\/ \(name, constructor\): one line per provider of your own\.$/m, text: '        ("acme-pay", acme_pay::build),\n', say: "Its line in `APP.providers`, in the same file (the `provider` name a source gives, and its constructor):" },
+      { insert: "src/lib.rs", after: /^ {4}\/\/ \(name, constructor\): one line per provider of your own\.$/m, text: '    ("acme-pay", acme_pay::build),\n', say: "Its line in `PROVIDERS`, in the same file (the `provider` name a source gives, and its constructor):" },
     ],
     outro:
       "Then declare a source for it under `[vars.SOURCES]` in `wrangler.toml`:\n" +

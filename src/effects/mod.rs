@@ -7,12 +7,17 @@
 //! in `EFFECTS`, and a migration for its tables. Where each goes:
 //! docs/extend.md, "A business effect".
 //! Planning is pure, so it is tested on the host.
+//!
+//! A side effect of your own (a call the engine does not make for you) is
+//! a performer, and its line in `SIDE_EFFECTS` (see `contacts.rs`).
 
+mod contacts;
 mod orders;
 mod stars;
 mod subscriptions;
 
 use webhook_engine::effects::Effects;
+use webhook_engine::outbox::Performer;
 
 /// Which effect each event gets, by provider and event type. An event not
 /// listed has none: its ledger row alone records that it was handled. Where
@@ -27,6 +32,15 @@ pub const EFFECTS: &Effects = &[
     ("stripe", "payment_intent.succeeded", orders::payment_succeeded),
     ("stripe", "customer.subscription.updated", subscriptions::set_state),
     ("stripe", "customer.subscription.deleted", subscriptions::set_state),
+    ("stripe", "customer.created", contacts::created),
     ("github", "star.created", stars::created),
     ("github", "star.deleted", stars::deleted),
+];
+
+/// Your own side effects, by the name an effect writes them under
+/// (`SideEffect::custom`), and the performer the outbox runs for them.
+#[rustfmt::skip]
+pub const SIDE_EFFECTS: &[(&str, Performer)] = &[
+    // (name, performer): one line per side effect of your own.
+    (contacts::CRM_CONTACT, contacts::crm_contact),
 ];

@@ -18,27 +18,19 @@ use webhook_engine::outbox::ChatMessage;
 /// `star.created`: one more, and a word in the chat channel.
 pub fn created(event: &VerifiedEvent, _: i64) -> Result<Effect, PlanError> {
     let star = StarEvent::from_event(&event.body, true)?;
-    Ok(Effect {
-        writes: count(&star, 1),
-        side_effects: vec![message(&star).post()],
-    })
+    Ok(Effect::new(count(&star, 1)).with([message(&star).post()]))
 }
 
 /// `star.deleted`: one fewer.
 pub fn deleted(event: &VerifiedEvent, _: i64) -> Result<Effect, PlanError> {
     let star = StarEvent::from_event(&event.body, false)?;
-    Ok(Effect {
-        writes: count(&star, -1),
-        side_effects: Vec::new(),
-    })
+    Ok(Effect::new(count(&star, -1)))
 }
 
 /// What the chat channel is told.
 fn message(star: &StarEvent) -> ChatMessage {
     let who = star.sender.as_ref().map_or("Someone", |s| s.login.as_str());
-    ChatMessage {
-        text: format!("{who} starred {}", star.repository.full_name),
-    }
+    ChatMessage::new(format!("{who} starred {}", star.repository.full_name))
 }
 
 /// The parts of a `star` event the counter and the chat message need.
@@ -82,10 +74,10 @@ const ADD_STARS: &str = "INSERT INTO repo_stars (repo, stars) VALUES (?1, ?2) \
 
 /// `delta` is +1 for `created`, -1 for `deleted`.
 fn count(star: &StarEvent, delta: i64) -> Vec<Statement> {
-    vec![Statement {
-        sql: ADD_STARS,
-        params: vec![star.repository.full_name.as_str().into(), delta.into()],
-    }]
+    vec![Statement::new(
+        ADD_STARS,
+        vec![star.repository.full_name.as_str().into(), delta.into()],
+    )]
 }
 
 #[cfg(test)]

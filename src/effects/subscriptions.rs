@@ -33,9 +33,9 @@ const SET_IF_NEWER: &str = "INSERT INTO subscriptions \
 pub fn set_state(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
     let stripe: StripeEvent<Subscription> = parse(&event.body)?;
     let sub = stripe.data.object;
-    let writes = vec![Statement {
-        sql: SET_IF_NEWER,
-        params: vec![
+    let writes = vec![Statement::new(
+        SET_IF_NEWER,
+        vec![
             sub.id.into(),
             sub.customer.into(),
             sub.status.into(),
@@ -43,11 +43,8 @@ pub fn set_state(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
             event.id.as_str().into(),
             now.into(),
         ],
-    }];
-    Ok(Effect {
-        writes,
-        side_effects: Vec::new(),
-    })
+    )];
+    Ok(Effect::new(writes))
 }
 
 #[cfg(test)]
@@ -61,7 +58,8 @@ mod tests {
         let body = r#"{"created":1700,"data":{"object":{"id":"sub_1","customer":"cus_1","status":"active"}}}"#;
         let mut event = VerifiedEvent::example("stripe", "customer.subscription.updated", body);
         event.id = "evt_9".into();
-        let plan = set_state(&event, 5).unwrap().writes;
+        let effect = set_state(&event, 5).unwrap();
+        let plan = effect.writes();
         assert_eq!(
             plan[0].params,
             vec![

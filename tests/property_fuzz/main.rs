@@ -23,6 +23,13 @@ use requests::*;
 
 /// Verifies, identifies and plans as the worker does, checking that
 /// nothing panics and that `plan` of a verified body answers either way.
+/// An event as the worker hands it to the effects.
+fn event(provider: &str, id: &str, kind: &str, body: &str) -> VerifiedEvent {
+    let mut event = VerifiedEvent::example(provider, kind, body);
+    event.id = id.into();
+    event
+}
+
 fn through(provider: &dyn Provider, req: &RawRequest) -> Result<bool, TestCaseError> {
     let secrets = Secrets::parse(SECRET).unwrap();
     let verified = provider.verify(req, &context(&secrets)).is_ok();
@@ -33,16 +40,8 @@ fn through(provider: &dyn Provider, req: &RawRequest) -> Result<bool, TestCaseEr
         return Ok(false);
     }
     if let Ok(Identity::Event(identity)) = identified {
-        let event = VerifiedEvent {
-            source: provider.name().into(),
-            provider: provider.name().into(),
-            id: identity.id,
-            kind: identity.kind,
-            fence: provider.replay_fence(req),
-            body: String::from_utf8_lossy(&req.body).into_owned(),
-            received_at: 1,
-            forward: None,
-        };
+        let body = String::from_utf8_lossy(&req.body);
+        let event = event(provider.name(), &identity.id, &identity.kind, &body);
         // Statements or a PlanError: both are answers; a panic is not.
         let _ = plan_with(EFFECTS, &event, 2);
     }
@@ -252,16 +251,7 @@ proptest! {
         value in json(),
     ) {
         let body = value.to_string();
-        let event = VerifiedEvent {
-            source: provider.into(),
-            provider: provider.into(),
-            id: "evt_1".into(),
-            kind,
-            fence: None,
-            body,
-            received_at: 1,
-            forward: None,
-        };
+        let event = event(provider, "evt_1", &kind, &body);
         let _ = plan_with(EFFECTS, &event, 2);
     }
 }
@@ -319,16 +309,7 @@ fn plan_refuses_a_body_nested_5000_deep() {
         } else {
             "stripe"
         };
-        let event = VerifiedEvent {
-            source: provider.into(),
-            provider: provider.into(),
-            id: "evt_deep".into(),
-            kind: kind.into(),
-            fence: None,
-            body: body.clone(),
-            received_at: 1,
-            forward: None,
-        };
+        let event = event(provider, "evt_deep", kind, &body);
         assert!(plan_with(EFFECTS, &event, 2).is_err(), "{kind}");
     }
 }

@@ -7,9 +7,8 @@ use hmac::{Hmac, Mac};
 use proptest::prelude::*;
 use selftest::signers;
 use sha2::Sha256;
-use webhook_engine::providers::{self, Provider, RawRequest, VerifyContext};
+use webhook_engine::providers::{testing, Provider, RawRequest, SourceConfig, VerifyContext};
 use webhook_engine::signature::Secrets;
-use webhook_engine::sources::SourceConfig;
 
 /// Valid for every provider: at least 8 bytes, and a `whsec_` that decodes
 /// to 24 bytes for Standard Webhooks and Svix.
@@ -41,10 +40,7 @@ pub fn config() -> ProptestConfig {
 /// The source settings for a provider; `hmac` is a generic source whose key
 /// and timestamp come from headers.
 pub fn source(provider: &str) -> SourceConfig {
-    let mut config = SourceConfig {
-        provider: provider.into(),
-        ..SourceConfig::default()
-    };
+    let mut config = SourceConfig::new(provider);
     if provider == "hmac" {
         config.header = Some("X-Sig".into());
         config.prefix = Some("sha256=".into());
@@ -57,22 +53,17 @@ pub fn source(provider: &str) -> SourceConfig {
 }
 
 /// The app as the worker starts it: these effects, no provider of its own.
-static APP: webhook_engine::App = webhook_engine::App {
-    effects: idempotent_webhooks::effects::EFFECTS,
-    providers: &[],
-};
+static APP: webhook_engine::App = webhook_engine::App::new(idempotent_webhooks::effects::EFFECTS);
 
 pub fn build(provider: &str) -> Box<dyn Provider> {
     webhook_engine::start(&APP);
-    providers::build(&source(provider), &[]).expect("a known provider")
+    webhook_engine::unstable::build_provider(&source(provider), &[]).expect("a known provider")
 }
 
 pub fn context(secrets: &Secrets) -> VerifyContext<'_> {
-    VerifyContext {
-        secrets,
-        now: NOW,
-        tolerance: TOLERANCE,
-    }
+    let mut context = testing::context(secrets, NOW);
+    context.tolerance = TOLERANCE;
+    context
 }
 
 /// Percent-encodes a form value.

@@ -24,6 +24,7 @@ use crate::log::{self, Line};
 
 /// A bound SQL parameter.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Value {
     /// A string.
     Text(String),
@@ -77,8 +78,10 @@ impl Value {
     }
 }
 
-/// One SQL statement and its parameters (`?1`, `?2`, … in order).
+/// One SQL statement and its parameters (`?1`, `?2`, … in order), made by
+/// [`Statement::new`].
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Statement {
     /// The SQL, with `?1`, `?2`, … for the parameters; a constant, so that
     /// no value is ever spliced into it.

@@ -22,20 +22,51 @@ use crate::{forward, ledger};
 pub type Planner = fn(&VerifiedEvent, i64) -> Result<Effect, PlanError>;
 
 /// What an event changes: its writes, and the side effects to perform once
-/// they have committed (an email, a chat message: see `outbox`).
+/// they have committed (an email, a chat message: see `outbox`). Built with
+/// [`Effect::new`] and [`Effect::with`]; `Effect::default()` changes nothing.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct Effect {
     /// The SQL it runs, in order, in the event's one transaction.
-    pub writes: Vec<Statement>,
-    /// What to do outside D1 once that transaction has committed, each
-    /// once under its own idempotency key.
-    pub side_effects: Vec<SideEffect>,
+    pub(crate) writes: Vec<Statement>,
+    /// What to do outside the store once that transaction has committed,
+    /// each once under its own idempotency key.
+    pub(crate) side_effects: Vec<SideEffect>,
+}
+
+impl Effect {
+    /// An effect that runs `writes`, in order, in the event's one
+    /// transaction (with its ledger row).
+    pub fn new(writes: Vec<Statement>) -> Effect {
+        Effect {
+            writes,
+            side_effects: Vec::new(),
+        }
+    }
+
+    /// The effect, with these side effects too: performed once each, after
+    /// the transaction commits. An `Option` gives none or one.
+    pub fn with(mut self, side_effects: impl IntoIterator<Item = SideEffect>) -> Effect {
+        self.side_effects.extend(side_effects);
+        self
+    }
+
+    /// Its writes, in order (for an effect's tests).
+    pub fn writes(&self) -> &[Statement] {
+        &self.writes
+    }
+
+    /// Its side effects, in order (for an effect's tests).
+    pub fn side_effects(&self) -> &[SideEffect] {
+        &self.side_effects
+    }
 }
 
 /// The event's body lacks what its effect needs. Permanent: retrying the
 /// same bytes cannot help, so the receiver answers 400 before claiming. A
 /// fixed phrase: the body's own values (an email address) are not echoed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PlanError {
     /// Not the JSON the effect reads: a field missing or of another type.
     #[error("the body is not what this event's effect reads (line {line}, column {column})")]
@@ -53,6 +84,7 @@ pub enum PlanError {
 /// An event's effect: the batch to commit, and the keys of the outbox and
 /// forward rows it writes (to enqueue once it has committed).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Plan {
     /// The ledger row, the effect's writes, its outbox rows and its
     /// deliveries, in the order they run.
@@ -80,7 +112,7 @@ pub(crate) fn plan(
     let mut effect = effect(effects, event, now)?;
     if Fault::wants_side_effect(fault, !effect.side_effects.is_empty()) {
         let text = format!("test side effect of {}", event.key());
-        effect.side_effects.push(ChatMessage { text }.post());
+        effect.side_effects.push(ChatMessage::new(text).post());
     }
     Ok(batch(event, effect, now))
 }
@@ -126,6 +158,7 @@ fn batch(event: &VerifiedEvent, effect: Effect, now: i64) -> Plan {
 
 /// A Stripe event: its creation time and `data.object`.
 #[derive(serde::Deserialize)]
+#[non_exhaustive]
 pub struct StripeEvent<T> {
     /// When Stripe created the event, in seconds since the epoch: what
     /// orders two events about one object.
@@ -136,6 +169,7 @@ pub struct StripeEvent<T> {
 
 /// A Stripe event's `data`.
 #[derive(serde::Deserialize)]
+#[non_exhaustive]
 pub struct StripeData<T> {
     /// The object the event is about (a checkout session, a subscription).
     pub object: T,
@@ -201,10 +235,11 @@ pub(crate) mod tests {
     #[test]
     fn writes_then_outbox_rows_follow_the_ledger_row() {
         let event = event("example", "thing.happened", "{}");
-        let effect = Effect {
-            writes: vec![Statement::new("UPDATE things SET n = n + 1", Vec::new())],
-            side_effects: vec![ChatMessage { text: "hi".into() }.post()],
-        };
+        let effect = Effect::new(vec![Statement::new(
+            "UPDATE things SET n = n + 1",
+            Vec::new(),
+        )])
+        .with([ChatMessage::new("hi").post()]);
         let plan = batch(&event, effect, 2_000);
         assert_eq!(plan.batch.len(), 3);
         assert_eq!(plan.batch[0], ledger::row(&event, 2_000));

@@ -4,8 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A verified event, provider-independent.
+/// A verified event, provider-independent: what an effect's planner reads.
+/// Made by the engine (and by [`VerifiedEvent::example`] in an effect's
+/// tests); its fields may be read, and set in a test.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct VerifiedEvent {
     /// The `{source}` it arrived on: the dedupe scope.
     pub source: String,
@@ -22,14 +25,14 @@ pub struct VerifiedEvent {
     /// it does cover, which the ledger fences on, so that one signed body
     /// makes one effect per source whatever id it arrives under (see
     /// `effects` and `Provider::replay_fence`).
-    pub fence: Option<String>,
+    pub(crate) fence: Option<String>,
     /// When this delivery arrived (for the held event: the first one), in
     /// milliseconds since the Unix epoch.
     pub received_at: i64,
     /// Where it is forwarded, fixed when it was received: a
     /// `forward::Forward` as JSON (the destinations, and the request headers
     /// they are sent). `None` for an event forwarded nowhere.
-    pub forward: Option<String>,
+    pub(crate) forward: Option<String>,
 }
 
 impl VerifiedEvent {
@@ -58,20 +61,20 @@ impl VerifiedEvent {
 
 /// `"{source}:{id}"`. One key per pair because a source's name never holds
 /// `:` ([`is_source_name`]): the first `:` ends the source, whatever the id.
-pub fn dedupe_key(source: &str, id: &str) -> String {
+pub(crate) fn dedupe_key(source: &str, id: &str) -> String {
     format!("{source}:{id}")
 }
 
 /// Whether `name` can name a source: not empty, and without `:`, which
 /// would let `("acme:a", "b")` reach the inbox of `("acme", "a:b")`.
 /// Checked where a name enters: `[vars.SOURCES]` and the admin surface.
-pub fn is_source_name(name: &str) -> bool {
+pub(crate) fn is_source_name(name: &str) -> bool {
     !name.is_empty() && !name.contains(':')
 }
 
 /// SHA-256 of a payload, hex: how the ledger and the delivery log know a
 /// payload without keeping it.
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(bytes))
 }

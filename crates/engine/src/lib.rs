@@ -10,7 +10,7 @@
 //! # A delivery
 //!
 //! 1. `POST /webhooks/{source}` reaches [`fetch`]. It caps the body, finds
-//!    the source in `[vars.SOURCES]` ([`sources::SourceConfig`]), and checks
+//!    the source in `[vars.SOURCES]` ([`SourceConfig`](providers::SourceConfig)), and checks
 //!    the signature on the raw bytes with the source's
 //!    [`Provider`](providers::Provider), before parsing anything. Then it
 //!    reads the provider's stable event id: a [`VerifiedEvent`](event::VerifiedEvent).
@@ -19,7 +19,7 @@
 //!    claims the id in its own SQLite storage and stores the event before
 //!    anyone gets an answer.
 //! 3. The inbox plans the effect: the [`Planner`](effects::Planner) that
-//!    [`App::effects`] lists for the event's provider and type returns an
+//!    [`App::new`] lists for the event's provider and type returns an
 //!    [`Effect`](effects::Effect) (SQL writes, side effects). The ledger
 //!    row, the writes, one outbox row per side effect and the deliveries to
 //!    your destinations commit in ONE D1 batch. A second attempt fails on
@@ -66,15 +66,15 @@
 //!     )];
 //!     let receipt = invoice.customer_email.map(|to| {
 //!         let text = format!("Invoice {} is paid.", invoice.id);
-//!         Email { to, subject: "Your receipt".into(), text }.send().about("invoice", &invoice.id)
+//!         Email::new(to, "Your receipt", text).send().about("invoice", &invoice.id)
 //!     });
-//!     Ok(Effect { writes, side_effects: receipt.into_iter().collect() })
+//!     Ok(Effect::new(writes).with(receipt))
 //! }
 //!
 //! /// Which effect each event gets: `(provider, event type, planner)`.
 //! const EFFECTS: &Effects = &[("stripe", "invoice.paid", invoice_paid)];
 //!
-//! static APP: App = App { effects: EFFECTS, providers: &[] };
+//! static APP: App = App::new(EFFECTS);
 //!
 //! #[event(start)]
 //! fn start() {
@@ -105,6 +105,9 @@
 //!
 //! A provider of your own implements [`Provider`](providers::Provider) and
 //! takes its line in [`App::providers`]: `("acme-pay", acme_pay::build)`.
+//! A side effect of your own is a [`Performer`](outbox::Performer), its
+//! line in [`App::side_effects`], and [`SideEffect::custom`](outbox::SideEffect::custom)
+//! in an effect. docs/api.md lists every public item and why it is public.
 //!
 //! # Features
 //!
@@ -128,7 +131,7 @@ mod admin;
 // `#[durable_object]`'s generated bindings carry no docs.
 #[allow(missing_docs)]
 mod admin_guard;
-pub mod app;
+mod app;
 mod clock;
 mod config;
 mod d1;
@@ -152,7 +155,7 @@ pub mod providers;
 mod receive;
 mod settings;
 pub mod signature;
-pub mod sources;
+mod sources;
 mod stats;
 mod store;
 
@@ -160,6 +163,23 @@ use worker::wasm_bindgen::JsValue;
 use worker::{Context, Env, MessageBatch, Method, Request, Response, Result, ScheduledEvent};
 
 pub use app::{start, App};
+
+/// No promise: what the template's own tests and fuzzers reach into, to
+/// drive the engine's internals from outside. Any release may change or
+/// remove it, and an app never needs it (docs/api.md).
+#[doc(hidden)]
+pub mod unstable {
+    use crate::providers::{Build, ConfigError, Provider, SourceConfig};
+
+    /// A source's verifier, as the worker builds it: among the engine's
+    /// providers and `own`.
+    pub fn build_provider(
+        config: &SourceConfig,
+        own: &[(&str, Build)],
+    ) -> Result<Box<dyn Provider>, ConfigError> {
+        crate::providers::build(config, own)
+    }
+}
 
 /// The engine's Durable Object classes. The app exports them all, with
 /// `pub use webhook_engine::objects::*;`, so that a newer engine's classes

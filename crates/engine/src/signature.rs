@@ -52,13 +52,13 @@ pub struct Secrets(Vec<Vec<u8>>);
 
 /// The shortest secret accepted: anything shorter is a typo or a
 /// placeholder, and would make a key that can be guessed.
-pub const MIN_SECRET_BYTES: usize = 8;
+pub(crate) const MIN_SECRET_BYTES: usize = 8;
 
 impl Secrets {
     /// Splits a configured value into secrets on commas and newlines only,
     /// trimming each. A value that holds none, a fragment with whitespace
     /// inside (`my team hook secret` is a pasted phrase, not three secrets),
-    /// or one shorter than [`MIN_SECRET_BYTES`] is an error: a
+    /// or one shorter than 8 bytes is an error: a
     /// misconfiguration must fail loudly, never verify with a weak key. The
     /// error says what is wrong by position, never by value.
     pub fn parse(value: &str) -> Result<Self, String> {
@@ -89,14 +89,14 @@ impl Secrets {
 
     /// Secrets given whole, for tests of secrets the variable syntax would split.
     #[cfg(test)]
-    pub fn from_raw(secrets: &[&[u8]]) -> Self {
+    pub(crate) fn from_raw(secrets: &[&[u8]]) -> Self {
         Secrets(secrets.iter().map(|s| s.to_vec()).collect())
     }
 
     /// Secrets split on commas and spaces without the strength rules, for
     /// tests against providers' published examples (short demo secrets).
     #[cfg(test)]
-    pub fn split(value: &str) -> Self {
+    pub(crate) fn split(value: &str) -> Self {
         Secrets(
             value
                 .split([',', ' ', '\n'])
@@ -132,13 +132,13 @@ impl fmt::Debug for Secrets {
 
 /// Standard base64 (with padding), as several providers
 /// send it. `None` when `text` is not base64.
-pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
+pub(crate) fn base64_decode(text: &str) -> Option<Vec<u8>> {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.decode(text).ok()
 }
 
 /// Standard base64, with padding: what a provider signing in base64 sends.
-pub fn base64_encode(bytes: &[u8]) -> String {
+pub(crate) fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
@@ -146,7 +146,7 @@ pub fn base64_encode(bytes: &[u8]) -> String {
 /// True when `timestamp` lies within `tolerance` seconds of `now`, on either
 /// side: a stale signature is a replay, and one from the future is a forgery
 /// or a broken clock.
-pub fn within_window(timestamp: u64, now: u64, tolerance: u64) -> bool {
+pub(crate) fn within_window(timestamp: u64, now: u64, tolerance: u64) -> bool {
     timestamp.abs_diff(now) <= tolerance
 }
 

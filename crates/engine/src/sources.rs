@@ -24,6 +24,7 @@ use crate::event;
 /// provider for such senders reads them.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SourceConfig {
     /// The provider that verifies its requests (`stripe`, or an app's own).
     pub provider: String,
@@ -53,8 +54,17 @@ pub struct SourceConfig {
 }
 
 impl SourceConfig {
+    /// A source of `provider`, every other setting at its default (a
+    /// provider's tests; the worker reads `[vars.SOURCES]`).
+    pub fn new(provider: impl Into<String>) -> Self {
+        SourceConfig {
+            provider: provider.into(),
+            ..SourceConfig::default()
+        }
+    }
+
     /// The name of the variable holding this source's secret(s).
-    pub fn secret_var(&self, name: &str) -> String {
+    pub(crate) fn secret_var(&self, name: &str) -> String {
         self.secret.clone().unwrap_or_else(|| {
             format!(
                 "{}_WEBHOOK_SECRET",

@@ -68,7 +68,14 @@ pub const ADMIN_TOKEN_MIN_BYTES: usize = 32;
 /// must not end up in a log line).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct ConfigError(pub String);
+pub struct ConfigError(pub(crate) String);
+
+impl ConfigError {
+    /// A misconfiguration, in words that name the setting, never its value.
+    pub fn new(why: impl Into<String>) -> Self {
+        ConfigError(why.into())
+    }
+}
 
 /// Settings by name, each with its own error: one bad entry spoils only
 /// itself.

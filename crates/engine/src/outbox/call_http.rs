@@ -88,7 +88,7 @@ mod tests {
             },
         );
         let side_effect = call.post();
-        assert_eq!(side_effect.action, Action::CallHttp);
+        assert_eq!(side_effect.action, Action::CallHttp.name());
         assert_eq!(
             side_effect.payload,
             r#"{"target":"CRM_URL","body":{"email":"a@example.com"}}"#

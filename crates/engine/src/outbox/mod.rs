@@ -17,15 +17,15 @@
 //!   attempt), and the provider's idempotency absorbs it.
 //!
 //! Effects write side effects as the public payload types here: an
-//! [`Email`], a [`ChatMessage`], an [`HttpCall`] to an API of your own.
-//! To add a kind of call (in the engine): a file like `notify_chat.rs`
-//! with its payload type and `perform` (payload → HTTP call), and a
-//! variant of `Action` with its arm in `Action::perform`.
+//! [`Email`], a [`ChatMessage`], an [`HttpCall`] to an API of your own, or
+//! a side effect of the app's own ([`SideEffect::custom`], performed by the
+//! [`Performer`] the app registers in [`App::side_effects`](crate::App::side_effects)).
 
 mod alert;
 mod call_http;
 mod claims;
 pub(crate) mod consumer;
+mod custom;
 mod dead_letter;
 mod notify_chat;
 pub(crate) mod notify_operator;
@@ -34,6 +34,8 @@ pub(crate) mod relay;
 mod send_email;
 
 pub use call_http::HttpCall;
+pub(crate) use custom::refused as refused_side_effects;
+pub use custom::{Perform, PerformError, PerformFuture, Performer};
 pub use notify_chat::ChatMessage;
 pub(crate) use queue::{enqueue, enqueue_now};
 pub(crate) use queue::{send_jobs, Job};
@@ -116,6 +118,9 @@ pub(crate) enum CallError {
     /// The row names an action this worker has no performer for.
     #[error("no performer for this row's action")]
     UnknownAction,
+    /// A side effect of the app's own failed, in its performer's words.
+    #[error("{0}")]
+    App(String),
     /// The row's payload is not its action's payload type.
     #[error("unreadable payload")]
     Unreadable,
@@ -133,7 +138,8 @@ pub(crate) enum CallError {
 /// An intended side effect, produced while planning an event's effect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SideEffect {
-    pub(crate) action: Action,
+    /// Its action's name: the engine's (`send_email`) or the app's own.
+    pub(crate) action: &'static str,
     /// JSON: everything the performer needs, fixed at planning time.
     pub(crate) payload: String,
     /// The business object it concerns, as `(kind, id)`, when there is one
@@ -148,6 +154,10 @@ pub struct SideEffect {
 
 impl SideEffect {
     pub(crate) fn new(action: Action, payload: &impl Serialize) -> Self {
+        SideEffect::named(action.name(), payload)
+    }
+
+    fn named(action: &'static str, payload: &impl Serialize) -> Self {
         SideEffect {
             action,
             // Plain structs of strings: serialization cannot fail.
@@ -206,7 +216,7 @@ pub(crate) struct Call<'a> {
 
 /// `sha256(source \n event id \n action)`, hex: the same for every attempt
 /// and every copy of the event, and distinct per action.
-pub fn idempotency_key(source: &str, event_id: &str, action: &str) -> String {
+pub(crate) fn idempotency_key(source: &str, event_id: &str, action: &str) -> String {
     let digest = Sha256::new()
         .chain_update(source)
         .chain_update("\n")
@@ -229,7 +239,7 @@ pub(crate) fn insert(
     side_effect: SideEffect,
     now: i64,
 ) -> (Statement, String) {
-    let action = side_effect.action.name();
+    let action = side_effect.action;
     let keyed_as = match &side_effect.target {
         Some(target) => format!("{action} {target}"),
         None => action.to_string(),

@@ -9,12 +9,18 @@ use crate::config;
 /// A chat incoming webhook's body: what an effect writes, and what
 /// the row stores (also the operators' alerts', see `notify_operator`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChatMessage {
     /// The message, as the channel shows it.
     pub text: String,
 }
 
 impl ChatMessage {
+    /// A message of `text`.
+    pub fn new(text: impl Into<String>) -> Self {
+        ChatMessage { text: text.into() }
+    }
+
     /// The side effect that posts it once, keyed by the event.
     pub fn post(&self) -> SideEffect {
         SideEffect::new(Action::NotifyChat, self)
@@ -37,8 +43,8 @@ mod tests {
 
     #[test]
     fn a_message_is_stored_as_a_chat_webhook_reads_it() {
-        let side_effect = ChatMessage { text: "hi".into() }.post();
-        assert_eq!(side_effect.action, Action::NotifyChat);
+        let side_effect = ChatMessage::new("hi").post();
+        assert_eq!(side_effect.action, Action::NotifyChat.name());
         assert_eq!(side_effect.payload, r#"{"text":"hi"}"#);
     }
 }

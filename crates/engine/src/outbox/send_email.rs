@@ -6,8 +6,10 @@ use serde::{Deserialize, Serialize};
 use super::{post_json, unconfigured, Action, Call, CallError, Performed, SideEffect};
 use crate::config;
 
-/// An email to send: what an effect writes, and what the row stores.
+/// An email to send: what an effect writes ([`Email::new`]), and what the
+/// row stores.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Email {
     /// The recipient's address.
     pub to: String,
@@ -18,6 +20,15 @@ pub struct Email {
 }
 
 impl Email {
+    /// A plain-text email to `to`.
+    pub fn new(to: impl Into<String>, subject: impl Into<String>, text: impl Into<String>) -> Self {
+        Email {
+            to: to.into(),
+            subject: subject.into(),
+            text: text.into(),
+        }
+    }
+
     /// The side effect that sends it once, keyed by the event (or, with
     /// [`SideEffect::about`], by a business object).
     pub fn send(&self) -> SideEffect {
@@ -59,13 +70,9 @@ mod tests {
 
     #[test]
     fn an_email_is_stored_as_its_fields() {
-        let email = Email {
-            to: "a@b.c".into(),
-            subject: "Hi".into(),
-            text: "Hello".into(),
-        };
+        let email = Email::new("a@b.c", "Hi", "Hello");
         let side_effect = email.send();
-        assert_eq!(side_effect.action, Action::SendEmail);
+        assert_eq!(side_effect.action, Action::SendEmail.name());
         assert_eq!(
             side_effect.payload,
             r#"{"to":"a@b.c","subject":"Hi","text":"Hello"}"#

@@ -13,10 +13,8 @@ mod request;
 pub mod testing;
 
 pub use parts::{header_identity, hex_tag, json_identity, required_header, verdict};
-pub use request::{
-    EventIdentity, Identity, RawRequest, Rejection, Verified, VerifyContext, MAX_EVENT_ID_BYTES,
-    MAX_EVENT_TYPE_BYTES,
-};
+pub use request::{EventIdentity, Identity, RawRequest, Rejection, Verified, VerifyContext};
+pub(crate) use request::{MAX_EVENT_ID_BYTES, MAX_EVENT_TYPE_BYTES};
 
 pub use crate::config::ConfigError;
 pub use crate::sources::SourceConfig;
@@ -126,7 +124,7 @@ pub type Build = fn(&SourceConfig) -> Result<Box<dyn Provider>, ConfigError>;
 /// A source's `provider` setting to its verifier, among the engine's and
 /// the app's own (`own`, [`App::providers`](crate::App::providers)): a named
 /// error when the provider is compiled out or unknown.
-pub fn build(
+pub(crate) fn build(
     config: &SourceConfig,
     own: &[(&str, Build)],
 ) -> Result<Box<dyn Provider>, ConfigError> {

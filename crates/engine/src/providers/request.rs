@@ -8,6 +8,7 @@ use crate::signature::Secrets;
 
 /// A request as it arrived: its URL, header names lower-cased, the body
 /// untouched.
+#[non_exhaustive]
 pub struct RawRequest {
     /// The full URL the sender called (some providers sign it).
     pub url: String,
@@ -54,7 +55,8 @@ impl RawRequest {
 }
 
 /// What verification needs besides the request. The clock is a parameter so
-/// that tests are deterministic.
+/// that tests are deterministic (see [`testing::context`](super::testing::context)).
+#[non_exhaustive]
 pub struct VerifyContext<'a> {
     /// The source's secrets, tried in order (rotation).
     pub secrets: &'a Secrets,
@@ -66,6 +68,7 @@ pub struct VerifyContext<'a> {
 
 /// What a verified request is.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Identity {
     /// An event, to deduplicate and apply.
     Event(EventIdentity),
@@ -87,6 +90,7 @@ impl Identity {
 
 /// The provider's own name for an event, read after verification.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EventIdentity {
     /// Stable across the provider's retries of this event.
     pub id: String,
@@ -94,9 +98,20 @@ pub struct EventIdentity {
     pub kind: String,
 }
 
+impl EventIdentity {
+    /// The event `id` (stable across retries) of type `kind`.
+    pub fn new(id: impl Into<String>, kind: impl Into<String>) -> Self {
+        EventIdentity {
+            id: id.into(),
+            kind: kind.into(),
+        }
+    }
+}
+
 /// What verification established about a request, kept with each delivery
 /// so that operators can read it on the event's page.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Verified {
     /// The scheme that checked it: the header, and what its MAC covers.
     pub scheme: String,
@@ -111,6 +126,7 @@ pub struct Verified {
 /// Why a request was turned away. Each variant is something a caller (or an
 /// operator reading the log) can act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Rejection {
     /// The signature header is absent or empty.
     MissingSignature,
@@ -125,17 +141,17 @@ pub enum Rejection {
     /// Authentic, but it carries no event id to deduplicate on.
     MissingEventId,
     /// Authentic, but its event id is longer than any provider's
-    /// ([`MAX_EVENT_ID_BYTES`]): not an id to name an inbox after.
+    /// (256 bytes): not an id to name an inbox after.
     BadEventId,
 }
 
 /// The longest event id accepted. Providers' ids are a few dozen bytes
 /// (`evt_…`, UUIDs, `msg_…`).
-pub const MAX_EVENT_ID_BYTES: usize = 256;
+pub(crate) const MAX_EVENT_ID_BYTES: usize = 256;
 
 /// The longest event type accepted (`invoice.paid`, `pull_request`): the
 /// id and type travel to the inbox in its URL.
-pub const MAX_EVENT_TYPE_BYTES: usize = 256;
+pub(crate) const MAX_EVENT_TYPE_BYTES: usize = 256;
 
 impl Rejection {
     /// The HTTP status the sender gets: 401 for a signature, 400 for a body.
