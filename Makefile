@@ -136,8 +136,9 @@ migrate: setup
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" node scripts/deploy.mjs --migrations-only $(if $(STEPWISE),--stepwise "$(STEPWISE)")
 
 ## Bring a newer engine into this copy: its code (crates/engine, whole)
-## and its new migrations, after yours. ENGINE is a directory or a version:
-## `make upgrade ENGINE=../idempotent-webhooks`. See docs/upgrades.md.
+## and its new migrations, after yours, by the newest program (a newer
+## checkout's), which prints its plan first. ENGINE is a directory or a
+## version: `make upgrade ENGINE=../idempotent-webhooks`. See docs/upgrades.md.
 upgrade:
 	FORCE="$(FORCE)" node scripts/upgrade.mjs "$(ENGINE)"
 

@@ -1,5 +1,9 @@
 // `make upgrade ENGINE=<path or version>`: brings a newer engine into this
-// copy, without touching src/ (your app).
+// copy, without touching src/ (your app). The newest program does it: given
+// a checkout whose engine is as new or newer, this runs that checkout's
+// scripts/upgrade.mjs instead of itself. First it prints its plan
+// (scripts/upgrade-plan.mjs): the versions, the CHANGELOG entries between
+// them (what the owner must do), the files and the migrations.
 //
 // 1. Its code: crates/engine is replaced whole by ENGINE, a directory (an
 //    engine, or a checkout that holds one in crates/engine), or a version
@@ -15,13 +19,18 @@
 // crates/engine holds changes git has not committed (the engine is not
 // yours to edit: they would be lost), or if this is not a git work tree
 // (nothing can tell; FORCE=1 replaces it anyway), or if a migration the
-// copy holds differs from the engine's file of that name. The new code is
-// copied beside the old one first, then swapped in. Then `make test` proves
-// the copy, and `make deploy` applies the migrations.
-import { execFileSync } from "node:child_process";
+// copy holds differs from the engine's file of that name. Without FORCE=1
+// it also refuses a downgrade, and two migrations of one folder that share
+// a number. The new code is copied beside the old one first, then swapped
+// in; Cargo.lock follows. Then `make test` proves the copy, and
+// `make deploy` applies the migrations.
+import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, relative, sep } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { compare, entriesBetween, fileChanges, numberClashes, planText, semver } from "./upgrade-plan.mjs";
 
 const HERE = "crates/engine";
 const NAME = "webhook-engine";
@@ -109,13 +118,30 @@ const from = source(engine);
 const within = (a, b) => a === b || a.startsWith(b + sep);
 if (within(from, here) || within(here, from)) fail(`ENGINE is, or holds, this copy's own ${HERE}`);
 if (!existsSync(join(from, "src", "lib.rs"))) fail(`${from} has no src/lib.rs`);
+const force = process.env.FORCE === "1";
+const before = field(manifest(HERE), "version");
+const after = field(manifest(from), "version");
+if (!semver(before) || !semver(after)) fail(`an engine's version is not x.y.z: ${before} here, ${after} in ENGINE`);
+
+// The newest program does every upgrade: a checkout's own, when its engine
+// is as new as this one or newer (never an older one's, which knows less).
+const theirProgram = join(dirname(from), "..", "scripts", "upgrade.mjs");
+const ours = realpathSync(fileURLToPath(import.meta.url));
+if (!process.env.UPGRADE_DELEGATED && compare(after, before) >= 0 && existsSync(theirProgram) && realpathSync(theirProgram) !== ours) {
+  console.log(`make upgrade: running ${realpathSync(theirProgram)}, the incoming checkout's program`);
+  const run = spawnSync("node", [realpathSync(theirProgram), engine], { stdio: "inherit", env: { ...process.env, UPGRADE_DELEGATED: "1" } });
+  process.exit(run.status ?? 1);
+}
+if (compare(after, before) < 0 && !force) {
+  fail(`${NAME} ${before} -> ${after} is a downgrade: an older engine may not read what this one wrote. FORCE=1 to take it anyway`);
+}
 
 // What will change, all checked first.
 const incoming = files(from);
-const replace = !same(files(here), incoming);
+const current = files(here);
+const replace = !same(current, incoming);
 if (replace) {
   const status = gitStatus();
-  const force = process.env.FORCE === "1";
   if (status === null && !force) {
     fail(`not a git work tree: nothing can tell whether ${HERE} holds edits of yours. Commit the copy to git, or FORCE=1 to replace it anyway`);
   }
@@ -131,6 +157,10 @@ for (const dir of ["migrations", "migrations-postgres"].filter((dir) => existsSy
   const odd = theirs.filter((file) => !ENGINE_MIGRATION.test(file));
   if (odd.length) fail(`the engine's ${dir} must be named NNNN_engine_<what>.sql: ${odd.join(", ")}`);
   const ours = readdirSync(dir).filter((file) => /^\d{4}_.*\.sql$/.test(file)).sort();
+  const clashes = numberClashes(ours);
+  if (clashes.length && !force) {
+    fail(`${dir}/ has migrations that share a number, so which runs first is up to their names: ${clashes.map((c) => c.join(" and ")).join("; ")}. Renumber yours (before any is applied), or FORCE=1`);
+  }
   let last = ours.length ? Number(ours.at(-1).slice(0, 4)) : 0;
   for (const file of theirs) {
     const mine = ours.find((o) => named(o) === named(file));
@@ -152,9 +182,22 @@ const bumped = ourWorker && theirWorker && ourWorker !== theirWorker
   ? appManifest.replace(WORKER_LINE, (line) => line.replace(`"${ourWorker}"`, `"${theirWorker}"`))
   : appManifest;
 
+const changelog = read(join(from, "CHANGELOG.md"));
+console.log(
+  planText({
+    name: NAME,
+    before,
+    after,
+    from,
+    changes: fileChanges(current, incoming),
+    migrations: added.map(([path]) => path),
+    worker: bumped !== appManifest ? { from: ourWorker, to: theirWorker } : null,
+    entries: entriesBetween(changelog, before, after),
+  }),
+);
+
 // 1. The code, whole (what the new engine no longer has goes too): copied
 // beside the old one, then swapped in, so a failed copy leaves it as it was.
-const before = field(manifest(HERE), "version");
 if (replace) {
   const next = join(dirname(HERE), ".engine-next");
   const old = join(dirname(HERE), ".engine-old");
@@ -195,7 +238,13 @@ if (replace) {
   }
 }
 
-const after = field(manifest(HERE), "version");
+// Cargo.lock follows the new engine (its version, its dependencies), as a
+// build would leave it, so that a --locked build still runs.
+if (existsSync("Cargo.lock") && existsSync("Cargo.toml")) {
+  const locked = spawnSync("cargo", ["metadata", "--format-version", "1", "--quiet"], { encoding: "utf8", stdio: ["ignore", "ignore", "pipe"] });
+  if (locked.status !== 0) console.error(`make upgrade: Cargo.lock not updated (${locked.stderr.trim()}); run cargo update -p ${NAME}`);
+}
+
 console.log(replace ? `make upgrade: ${NAME} ${before} -> ${after} (from ${from})` : `make upgrade: ${HERE} is already that engine (${after})`);
 console.log(added.length ? `make upgrade: new migrations: ${added.map(([path]) => path).join(", ")}` : "make upgrade: no new migration");
 console.log("make upgrade: next, `make test`; `make deploy` applies the new migrations (`make dev` applies them locally)");

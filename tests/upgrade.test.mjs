@@ -269,3 +269,74 @@ test("a copy with migrations-postgres/ gets the engine's new Postgres migration 
   assert.equal(upgrade(d1, engine).status, 0);
   assert.ok(!existsSync(join(d1, "migrations-postgres")));
 });
+
+/** `engine` at `version`, with a CHANGELOG holding these entries (newest first). */
+function versioned(engine, version, entries = []) {
+  const toml = join(engine, "Cargo.toml");
+  writeFileSync(toml, readFileSync(toml, "utf8").replace(/^version = ".*"$/m, `version = "${version}"`));
+  writeFileSync(join(engine, "CHANGELOG.md"), `# Changelog\n\n${entries.map((v) => `## [${v}] - 2027-01-01\n\n### What an owner must do\n\n- the step of ${v}\n`).join("\n")}`);
+  return engine;
+}
+const versionOf = (dir) => readFileSync(join(dir, "crates/engine/Cargo.toml"), "utf8").match(/^version = "(.*)"$/m)[1];
+
+test("the plan comes first: the versions, the CHANGELOG entries between them, the files and migrations", () => {
+  const dir = copy();
+  const ours = versionOf(dir);
+  const [major, minor] = ours.split(".").map(Number);
+  const next = `${major}.${minor + 1}.0`;
+  const engine = versioned(newer(), `${major}.${minor + 2}.0`, [`${major}.${minor + 2}.0`, next, ours]);
+  const run = upgrade(dir, engine);
+  assert.equal(run.status, 0, run.stderr);
+  const plan = run.stdout.slice(0, run.stdout.indexOf("make upgrade: webhook-engine"));
+  assert.match(plan, new RegExp(`^make upgrade: the plan\\n  webhook-engine ${ours} -> ${major}\\.${minor + 2}\\.0, from `));
+  // clock.rs, Cargo.toml and CHANGELOG.md; GONE.md and the migration.
+  assert.match(plan, /crates\/engine: 3 files replaced, 2 added, 0 removed/);
+  assert.match(plan, /added: GONE\.md/);
+  assert.match(plan, /migrations appended: migrations\/\d{4}_engine_drill\.sql/);
+  // Both newer entries, whole, and not the copy's own version's.
+  assert.match(plan, new RegExp(`the step of ${major}\\.${minor + 2}\\.0[^]*the step of ${next}`));
+  assert.doesNotMatch(plan, new RegExp(`the step of ${ours.replaceAll(".", "\\.")}\\b`));
+});
+
+test("a downgrade is refused, changing nothing; FORCE=1 takes it", () => {
+  const dir = copy();
+  const before = tree(dir);
+  const engine = versioned(newer(), "0.0.1");
+  const run = upgrade(dir, engine, { FORCE: "" });
+  assert.equal(run.status, 1);
+  assert.match(run.stderr, new RegExp(`webhook-engine ${versionOf(dir).replaceAll(".", "\\.")} -> 0\\.0\\.1 is a downgrade.*FORCE=1`));
+  assert.equal(tree(dir), before);
+  const forced = upgrade(dir, engine);
+  assert.equal(forced.status, 0, forced.stderr);
+  assert.match(forced.stdout, /-> 0\.0\.1 \(a downgrade\)/);
+  assert.equal(versionOf(dir), "0.0.1");
+});
+
+test("two migrations of the copy's that share a number are refused, changing nothing", () => {
+  const dir = copy();
+  const last = list(dir).at(-1);
+  writeFileSync(join(dir, "migrations", `${last.slice(0, 4)}_receipts.sql`), "CREATE TABLE receipts (id TEXT PRIMARY KEY);\n");
+  committed(dir);
+  const before = tree(dir);
+  const run = upgrade(dir, newer(), { FORCE: "" });
+  assert.equal(run.status, 1);
+  assert.match(run.stderr, new RegExp(`migrations/ has migrations that share a number.*${last.slice(0, 4)}_invoices\\.sql and ${last.slice(0, 4)}_receipts\\.sql`));
+  assert.equal(tree(dir), before);
+});
+
+test("given a checkout as new or newer, the checkout's own program runs it; an older one's never does", () => {
+  const dir = copy();
+  const checkout = join(work, `checkout-${made++}`);
+  mkdirSync(join(checkout, "crates"), { recursive: true });
+  cpSync(newer(), join(checkout, "crates/engine"), { recursive: true });
+  mkdirSync(join(checkout, "scripts"));
+  writeFileSync(join(checkout, "scripts/upgrade.mjs"), 'console.log(`the newer program, for ${process.argv[2]}`);\n');
+  const run = upgrade(dir, checkout);
+  assert.equal(run.status, 0, run.stderr);
+  assert.match(run.stdout, /the newer program, for /);
+  assert.ok(!list(dir).at(-1).endsWith("_engine_drill.sql"), "this program did nothing itself");
+  versioned(join(checkout, "crates/engine"), "0.0.1");
+  const older = upgrade(dir, checkout, { FORCE: "" });
+  assert.doesNotMatch(older.stdout, /the newer program/);
+  assert.match(older.stderr, /is a downgrade/);
+});

@@ -1,0 +1,71 @@
+// What `make upgrade` says before it acts (scripts/upgrade.mjs): the
+// versions, the CHANGELOG entries between them, the engine files it will
+// replace, add or remove, the migrations it will append, and what the owner
+// must do. Pure functions of texts and lists, so they are unit-tested.
+
+/** `x.y.z` as three numbers (a pre-release or build suffix is ignored); `null` if it is not one. */
+export function semver(version) {
+  const match = /^(\d+)\.(\d+)\.(\d+)(?:[-+].*)?$/.exec(version ?? "");
+  return match ? match.slice(1, 4).map(Number) : null;
+}
+
+/** -1, 0 or 1 as `a` is older than, the same as, or newer than `b`. */
+export function compare(a, b) {
+  const [x, y] = [semver(a), semver(b)];
+  if (!x || !y) throw new Error(`not a version: ${x ? b : a}`);
+  for (let i = 0; i < 3; i++) if (x[i] !== y[i]) return x[i] < y[i] ? -1 : 1;
+  return 0;
+}
+
+/**
+ * The CHANGELOG's entries newer than `from`, up to `to`, newest first:
+ * each `{ version, text }`, `text` being its `## [x.y.z]` section whole.
+ */
+export function entriesBetween(changelog, from, to) {
+  const sections = changelog.split(/^(?=## \[)/m).slice(1);
+  return sections
+    .map((text) => ({ version: /^## \[([^\]]+)\]/.exec(text)[1], text: text.trimEnd() }))
+    .filter(({ version }) => semver(version) && compare(version, from) > 0 && compare(version, to) <= 0);
+}
+
+/** Which engine files the new engine replaces, adds and removes (maps of path to bytes). */
+export function fileChanges(ours, theirs) {
+  const changed = [...theirs.keys()].filter((path) => ours.has(path) && !ours.get(path).equals(theirs.get(path)));
+  const added = [...theirs.keys()].filter((path) => !ours.has(path));
+  const removed = [...ours.keys()].filter((path) => !theirs.has(path));
+  return { changed: changed.sort(), added: added.sort(), removed: removed.sort() };
+}
+
+/** Migration files of one folder that share a number: which would run first is up to their names. */
+export function numberClashes(files) {
+  const byNumber = new Map();
+  for (const file of files.filter((f) => /^\d{4}_/.test(f))) {
+    const number = file.slice(0, 4);
+    byNumber.set(number, [...(byNumber.get(number) ?? []), file]);
+  }
+  return [...byNumber.values()].filter((same) => same.length > 1);
+}
+
+/** The plan, as printed: one line a fact, the CHANGELOG entries whole. */
+export function planText({ name, before, after, from, changes, migrations, worker, entries }) {
+  const direction = compare(after, before);
+  const lines = [
+    "make upgrade: the plan",
+    `  ${name} ${before} -> ${after}${direction === 0 ? " (the same version)" : direction < 0 ? " (a downgrade)" : ""}, from ${from}`,
+  ];
+  const { changed, added, removed } = changes;
+  if (changed.length + added.length + removed.length === 0) lines.push("  crates/engine: already this engine, nothing to replace");
+  else lines.push(`  crates/engine: ${changed.length} files replaced, ${added.length} added, ${removed.length} removed`);
+  for (const [what, paths] of [["added", added], ["removed", removed]]) {
+    for (const path of paths) lines.push(`    ${what}: ${path}`);
+  }
+  lines.push(migrations.length ? `  migrations appended: ${migrations.join(", ")}` : "  migrations appended: none");
+  if (worker) lines.push(`  Cargo.toml: worker ${worker.from} -> ${worker.to}, as the engine uses`);
+  if (entries.length) {
+    lines.push(`  CHANGELOG, after ${before}:`);
+    for (const { text } of entries) lines.push(...text.split("\n").map((line) => (line ? `    ${line}` : "")), "");
+  } else if (direction > 0) {
+    lines.push(`  CHANGELOG: no entry after ${before}; read the engine's changes before deploying`);
+  }
+  return lines.join("\n");
+}
