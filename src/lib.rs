@@ -30,7 +30,7 @@ const PROVIDERS: &[(&str, Build)] = &[
 /// What the engine runs with: your effects, your side effects and your
 /// providers.
 static APP: App = App::new(effects::EFFECTS)
-    .side_effects(effects::SIDE_EFFECTS)
+    .side_effects(effects::PERFORMERS)
     .providers(PROVIDERS);
 
 #[event(start)]

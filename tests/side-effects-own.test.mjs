@@ -1,7 +1,7 @@
 // End to end: a side effect of the app's own (src/effects/contacts.rs),
-// registered by name in SIDE_EFFECTS and performed by the outbox like the
-// engine's: once per key, retried on failure, skipped only where
-// SIDE_EFFECTS = "log" says so.
+// registered by name in PERFORMERS, stored as app:crm_contact, and
+// performed by the outbox like the engine's: once per key, retried on
+// failure, skipped only where SIDE_EFFECTS = "log" says so.
 // needs: stripe, demos
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
@@ -20,7 +20,7 @@ const customerCreated = (customer, email) =>
   JSON.stringify({ id: uniqueId("evt"), type: "customer.created", created: 1_700_000_000, data: { object: { id: customer, email, name: "Ada" } } });
 const send = (w, body) => w.post("/webhooks/stripe", body, stripeHeaders(body, "whsec_test_current")).then((r) => r.json());
 const rows = (w, customer) =>
-  w.db.prepare("SELECT * FROM outbox WHERE action = 'crm_contact' AND payload LIKE ?").bind(`%"${customer}"%`).all().then((r) => r.results);
+  w.db.prepare("SELECT * FROM outbox WHERE action = 'app:crm_contact' AND payload LIKE ?").bind(`%"${customer}"%`).all().then((r) => r.results);
 const settled = (w, customer) =>
   eventually(async () => {
     const [row] = await rows(w, customer);

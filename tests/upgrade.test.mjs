@@ -289,7 +289,7 @@ test("the plan comes first: the versions, the CHANGELOG entries between them, th
   assert.equal(run.status, 0, run.stderr);
   const plan = run.stdout.slice(0, run.stdout.indexOf("make upgrade: webhook-engine"));
   assert.match(plan, new RegExp(`^make upgrade: the plan\\n  webhook-engine ${ours} -> ${major}\\.${minor + 2}\\.0, from `));
-  // clock.rs, Cargo.toml and CHANGELOG.md; GONE.md and the migration.
+  // Replaced: the clock, the manifest, the changelog; added: a file, a migration.
   assert.match(plan, /crates\/engine: 3 files replaced, 2 added, 0 removed/);
   assert.match(plan, /added: GONE\.md/);
   assert.match(plan, /migrations appended: migrations\/\d{4}_engine_drill\.sql/);

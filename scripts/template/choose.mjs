@@ -142,7 +142,7 @@ const gone = ["contacts", "orders", "stars", "subscriptions"].filter((effect) =>
 if (gone.length) {
   const effects = "src/effects/mod.rs";
   const names = gone.join("|");
-  // Its `mod` line, its lines in EFFECTS, and its performers' in SIDE_EFFECTS.
+  // Its `mod` line, its lines in EFFECTS, and its performers' in PERFORMERS.
   write(effects, cutItems(read(effects), new RegExp(`^(mod (${names});|\\s+\\(("[a-z]+", "[a-z_.]+", )?(${names})::)`)));
 }
 // A copy starts its history clean: the engine's migrations (the schema the

@@ -5,7 +5,7 @@
 //! The engine performs an [`Email`](webhook_engine::outbox::Email) or an
 //! [`HttpCall`](webhook_engine::outbox::HttpCall) itself. A call of another
 //! shape (your CRM's own API, its own auth) is yours: a payload, a
-//! performer, and the performer's line in `SIDE_EFFECTS`. The outbox runs
+//! performer, and the performer's line in `PERFORMERS`. The outbox runs
 //! it as it runs the engine's: once per key, retried, dead-lettered and
 //! alerted on, with the key sent as `Idempotency-Key`.
 // needs: stripe, demos
@@ -16,8 +16,8 @@ use webhook_engine::effects::{parse, Effect, PlanError, StripeEvent};
 use webhook_engine::event::VerifiedEvent;
 use webhook_engine::outbox::{Perform, PerformFuture, SideEffect};
 
-/// The name the performer is registered under (`SIDE_EFFECTS`), and what
-/// the outbox row says.
+/// The name the performer is registered under (`PERFORMERS`); the outbox
+/// row says `app:crm_contact`.
 pub const CRM_CONTACT: &str = "crm_contact";
 
 /// What the CRM is told: the row's payload, and the body of the call.

@@ -9,7 +9,8 @@
 //! Planning is pure, so it is tested on the host.
 //!
 //! A side effect of your own (a call the engine does not make for you) is
-//! a performer, and its line in `SIDE_EFFECTS` (see `contacts.rs`).
+//! a performer, and its line in `PERFORMERS` (docs/extend.md, "A side
+//! effect").
 
 mod contacts;
 mod orders;
@@ -40,7 +41,7 @@ pub const EFFECTS: &Effects = &[
 /// Your own side effects, by the name an effect writes them under
 /// (`SideEffect::custom`), and the performer the outbox runs for them.
 #[rustfmt::skip]
-pub const SIDE_EFFECTS: &[(&str, Performer)] = &[
+pub const PERFORMERS: &[(&str, Performer)] = &[
     // (name, performer): one line per side effect of your own.
     (contacts::CRM_CONTACT, contacts::crm_contact),
 ];

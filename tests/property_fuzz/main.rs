@@ -21,15 +21,15 @@ mod requests;
 
 use requests::*;
 
-/// Verifies, identifies and plans as the worker does, checking that
-/// nothing panics and that `plan` of a verified body answers either way.
-/// An event as the worker hands it to the effects.
+/// An event as the worker hands it to the effects (its fence: the body's).
 fn event(provider: &str, id: &str, kind: &str, body: &str) -> VerifiedEvent {
     let mut event = VerifiedEvent::example(provider, kind, body);
     event.id = id.into();
     event
 }
 
+/// Verifies, identifies and plans as the worker does, checking that
+/// nothing panics and that `plan` of a verified body answers either way.
 fn through(provider: &dyn Provider, req: &RawRequest) -> Result<bool, TestCaseError> {
     let secrets = Secrets::parse(SECRET).unwrap();
     let verified = provider.verify(req, &context(&secrets)).is_ok();

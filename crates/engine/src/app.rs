@@ -67,8 +67,8 @@ static APP: OnceLock<&'static App> = OnceLock::new();
 /// logs a panic's message before the runtime ends the instance.
 pub fn start(app: &'static App) {
     console_error_panic_hook::set_once();
-    // A side effect that cannot be told apart is never performed: its rows
-    // fail, then go dead and alert. Said here, once, by name.
+    // A name that is not snake_case, or one registered twice (whose first
+    // performer would take both's rows): said here, once.
     if let Some(why) = crate::outbox::refused_side_effects(app.side_effects) {
         log::error(&Line::new("app_misconfigured").detail(why));
     }

@@ -76,6 +76,10 @@ pub(crate) async fn apply(
         #[cfg(feature = "postgres")]
         Store::Postgres => {
             use crate::postgres::PgError;
+            // D1 takes the hand-off: its engine tables are needed too.
+            if let Some(behind) = d1_behind(&Db::from_env(env).map_err(failed)?).await {
+                return Err(NotApplied::Behind(behind));
+            }
             crate::postgres::apply(env, event, batch)
                 .await
                 .map_err(|e| match e {

@@ -195,14 +195,21 @@ impl Inbox {
         };
         // A store that cannot be reached spends no attempt: the event waits
         // for it, retried after as long as it has waited so far (a doubling
-        // delay), up to an hour.
-        let next = match waits {
-            true => AfterFailure::RetryIn(state::waiting_ms(event.received_at, settings)),
-            false => state::after_failure(failures, settings),
+        // delay), up to an hour. One that is behind waits a minute at most:
+        // an operator applying the migration expects the events to follow.
+        let next = match (waits, behind) {
+            (true, None) => AfterFailure::RetryIn(state::waiting_ms(event.received_at, settings)),
+            (true, Some(_)) => {
+                AfterFailure::RetryIn(state::waiting_ms(event.received_at, settings).min(60_000))
+            }
+            (false, _) => state::after_failure(failures, settings),
         };
-        let key = event.key();
-        let line = Line::new("effect_failed").key(&key).attempt(failures);
-        log::error(&line.last(next == AfterFailure::GiveUp).error(&error));
+        // A store that is behind said so once, as `store_behind`.
+        if behind.is_none() {
+            let key = event.key();
+            let line = Line::new("effect_failed").key(&key).attempt(failures);
+            log::error(&line.last(next == AfterFailure::GiveUp).error(&error));
+        }
         if let AfterFailure::RetryIn(delay_ms) = next {
             self.set_alarm_in(delay_ms).await?;
             return Ok(match unavailable {

@@ -11,7 +11,7 @@ use worker::{Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage
 
 use super::claims::{Claimed, Current, Rows};
 use super::notify_operator::{self, Alert};
-use super::{dead_letter, enqueue_now, Action, Call, Job, OutboxStatus, Performed};
+use super::{dead_letter, enqueue_now, Action, Call, CallError, Job, OutboxStatus, Performed};
 use crate::clock::now_ms;
 use crate::config::OutboxSettings;
 use crate::d1::Db;
@@ -245,9 +245,12 @@ async fn perform(
         key,
         timeout_ms: settings.call_timeout_ms(),
     };
-    let performed = match Action::from_stored(&claim.action) {
-        Some(action) => action.perform(&claim.payload, &call).await,
-        None => super::custom::perform(&claim.action, &claim.payload, &call).await,
+    let performed = match claim.action.strip_prefix(super::custom::PREFIX) {
+        Some(name) => super::custom::perform(name, &claim.payload, &call).await,
+        None => match Action::from_stored(&claim.action) {
+            Some(action) => action.perform(&claim.payload, &call).await,
+            None => Err(CallError::UnknownAction),
+        },
     }
     .map_err(|e| e.to_string());
     let first_attempt = claim.attempts == 1;

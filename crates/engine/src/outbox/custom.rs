@@ -2,19 +2,30 @@
 //! [`App::side_effects`](crate::App::side_effects), written by an effect with
 //! [`SideEffect::custom`], performed by the outbox like the engine's own
 //! (claimed, retried, dead-lettered, alerted on), under the row's own
-//! idempotency key. Nothing of the app's lives in the engine, so an upgrade
-//! replaces the engine whole and the side effect stays.
+//! idempotency key and within the same call timeout. Nothing of the app's
+//! lives in the engine, so an upgrade replaces the engine whole and the
+//! side effect stays. Rows name them `app:{name}`: no action of the
+//! engine's, today's or a later release's, can take them over.
 
 use std::cell::RefCell;
 use std::future::Future;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
+use std::time::Duration;
+
+use futures_util::future::{select, Either};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use worker::Env;
 
-use super::{post_json, Action, Call, CallError, Performed, SideEffect};
+use super::{post_json, Call, CallError, Performed, SideEffect};
 use crate::config;
+
+/// How a row names an action of the app's own: `app:crm_contact`.
+pub(super) const PREFIX: &str = "app:";
+
+/// The longest failure text a row keeps of a performer's words.
+const MAX_ERROR_CHARS: usize = 500;
 
 /// What performs a side effect of the app's own: its row, to the call.
 /// Registered as `("crm_sync", |call| Box::pin(crm_sync(call)))` for an
@@ -80,6 +91,8 @@ impl Perform<'_> {
     /// `variable` (its name, never its value) is not set: under
     /// `SIDE_EFFECTS = "log"` (local runs) the side effect is skipped and
     /// marked sent with a note; anywhere else, a failure that retries.
+    /// Return it (`return call.unconfigured("CRM_URL")`): the performer
+    /// has nothing to call.
     pub fn unconfigured(&self, variable: &str) -> Result<(), PerformError> {
         match super::unconfigured(self.call, variable)? {
             Performed::Skipped(why) => *self.skipped.borrow_mut() = Some(why),
@@ -106,14 +119,19 @@ impl SideEffect {
     /// A side effect of the app's own, `name` as registered in
     /// [`App::side_effects`](crate::App::side_effects), with `payload` (JSON)
     /// for its performer. Keyed by the event and `name` (or, with
-    /// [`SideEffect::about`], by a business object).
+    /// [`SideEffect::about`], by a business object): one per name and
+    /// event, unless `about` tells them apart.
     pub fn custom(name: &'static str, payload: &impl Serialize) -> SideEffect {
-        SideEffect::named(name, payload)
+        SideEffect {
+            app: true,
+            ..SideEffect::named(name, payload)
+        }
     }
 }
 
-/// Performs a row whose action is not the engine's: by the app's performer
-/// of that name; an unknown one fails (retried, then dead).
+/// Performs a row of the app's action `name` by its performer, within the
+/// call timeout (half the row's lease, so that no other consumer claims it
+/// meanwhile); an unknown name fails (retried, then dead).
 pub(super) async fn perform(
     name: &str,
     payload: &str,
@@ -128,15 +146,28 @@ pub(super) async fn perform(
         call,
         skipped: RefCell::new(None),
     };
-    performer(&perform).await.map_err(|e| CallError::App(e.0))?;
+    let deadline = worker::Delay::from(Duration::from_millis(call.timeout_ms.into()));
+    match select(pin!(performer(&perform)), pin!(deadline)).await {
+        Either::Left((done, _)) => done.map_err(|e| CallError::App(bounded(e.0)))?,
+        Either::Right(_) => return Err(CallError::TimedOut(call.timeout_ms)),
+    }
     Ok(match perform.skipped.take() {
         Some(why) => Performed::Skipped(why),
         None => Performed::Sent,
     })
 }
 
+/// A performer's words, cut to what a row and an alert keep.
+fn bounded(why: String) -> String {
+    match why.char_indices().nth(MAX_ERROR_CHARS) {
+        Some((at, _)) => format!("{}…", &why[..at]),
+        None => why,
+    }
+}
+
 /// Why the app's side effects cannot be registered as they are: a name
-/// that is not `snake_case`, that is the engine's own, or that repeats.
+/// that is not `snake_case`, or one registered twice (its first performer
+/// would take both's rows).
 pub(crate) fn refused(side_effects: &[(&'static str, Performer)]) -> Option<String> {
     let snake = |n: &str| {
         !n.is_empty()
@@ -149,9 +180,6 @@ pub(crate) fn refused(side_effects: &[(&'static str, Performer)]) -> Option<Stri
                 "side effect {name:?}: a name is snake_case (a-z, 0-9, _)"
             ));
         }
-        if Action::from_stored(name).is_some() {
-            return Some(format!("side effect {name}: the engine's own name"));
-        }
         if side_effects[..i].iter().any(|(n, _)| n == name) {
             return Some(format!("side effect {name}: registered twice"));
         }
@@ -162,37 +190,34 @@ pub(crate) fn refused(side_effects: &[(&'static str, Performer)]) -> Option<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::d1::Value;
+    use crate::event::VerifiedEvent;
 
     fn performer(_: &Perform<'_>) -> PerformFuture<'static> {
         Box::pin(async { Ok(()) })
     }
 
     #[test]
-    fn a_custom_side_effect_is_stored_under_its_name() {
+    fn a_custom_side_effect_is_stored_as_the_app_s_whatever_its_name() {
         #[derive(Serialize)]
         struct Sync<'a> {
             customer: &'a str,
         }
-        let side_effect = SideEffect::custom("crm_sync", &Sync { customer: "c_1" });
-        assert_eq!(side_effect.action, "crm_sync");
+        // Even under a name the engine has: the app's performer runs it.
+        let side_effect = SideEffect::custom("send_email", &Sync { customer: "c_1" });
         assert_eq!(side_effect.payload(), r#"{"customer":"c_1"}"#);
+        let event = VerifiedEvent::example("stripe", "customer.created", "{}");
+        let (row, _) = super::super::insert(&event, side_effect, 1);
+        assert_eq!(row.params[3], Value::Text("app:send_email".into()));
     }
 
     #[test]
-    fn a_name_is_snake_case_its_own_and_once() {
-        let ok: &[(&str, Performer)] = &[("crm_sync", performer), ("erp_2", performer)];
+    fn a_name_is_snake_case_and_registered_once() {
+        let ok: &[(&str, Performer)] = &[("crm_sync", performer), ("send_email", performer)];
         assert_eq!(refused(ok), None);
         for (bad, why) in [
             (&[("Crm", performer as Performer)][..], "snake_case"),
             (&[("", performer as Performer)][..], "snake_case"),
-            (
-                &[("send_email", performer as Performer)][..],
-                "engine's own",
-            ),
-            (
-                &[("send_receipt", performer as Performer)][..],
-                "engine's own",
-            ),
             (
                 &[("a", performer as Performer), ("a", performer as Performer)][..],
                 "twice",
@@ -200,5 +225,13 @@ mod tests {
         ] {
             assert!(refused(bad).is_some_and(|e| e.contains(why)), "{why}");
         }
+    }
+
+    #[test]
+    fn a_performer_s_words_are_cut_to_what_a_row_keeps() {
+        assert_eq!(bounded("short".into()), "short");
+        let cut = bounded("é".repeat(MAX_ERROR_CHARS + 10));
+        assert_eq!(cut.chars().count(), MAX_ERROR_CHARS + 1);
+        assert!(cut.ends_with('…'));
     }
 }

@@ -138,8 +138,12 @@ pub(crate) enum CallError {
 /// An intended side effect, produced while planning an event's effect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SideEffect {
-    /// Its action's name: the engine's (`send_email`) or the app's own.
+    /// Its action's name: the engine's (`send_email`) or, with `app`, the
+    /// app's own.
     pub(crate) action: &'static str,
+    /// An action of the app's own: stored as `app:{action}`, so that no
+    /// action of the engine's, today's or a later one's, can take its rows.
+    pub(crate) app: bool,
     /// JSON: everything the performer needs, fixed at planning time.
     pub(crate) payload: String,
     /// The business object it concerns, as `(kind, id)`, when there is one
@@ -160,6 +164,7 @@ impl SideEffect {
     fn named(action: &'static str, payload: &impl Serialize) -> Self {
         SideEffect {
             action,
+            app: false,
             // Plain structs of strings: serialization cannot fail.
             payload: serde_json::to_string(payload).expect("payload serializes"),
             about: None,
@@ -239,7 +244,10 @@ pub(crate) fn insert(
     side_effect: SideEffect,
     now: i64,
 ) -> (Statement, String) {
-    let action = side_effect.action;
+    let action = match side_effect.app {
+        true => format!("{}{}", custom::PREFIX, side_effect.action),
+        false => side_effect.action.to_string(),
+    };
     let keyed_as = match &side_effect.target {
         Some(target) => format!("{action} {target}"),
         None => action.to_string(),
@@ -254,7 +262,7 @@ pub(crate) fn insert(
             key.as_str().into(),
             event.source.as_str().into(),
             event.id.as_str().into(),
-            action.into(),
+            action.as_str().into(),
             side_effect.payload.into(),
             now.into(),
         ],
