@@ -3,18 +3,20 @@
 // replace, add or remove, the migrations it will append, and what the owner
 // must do. Pure functions of texts and lists, so they are unit-tested.
 
-/** `x.y.z` as three numbers (a pre-release or build suffix is ignored); `null` if it is not one. */
+/** `x.y.z[-pre][+build]` as `[x, y, z, pre]` (`pre` "" for none); `null` if it is not one. */
 export function semver(version) {
-  const match = /^(\d+)\.(\d+)\.(\d+)(?:[-+].*)?$/.exec(version ?? "");
-  return match ? match.slice(1, 4).map(Number) : null;
+  const match = /^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$/.exec(version ?? "");
+  return match ? [...match.slice(1, 4).map(Number), match[4] ?? ""] : null;
 }
 
-/** -1, 0 or 1 as `a` is older than, the same as, or newer than `b`. */
+/** -1, 0 or 1 as `a` is older than, the same as, or newer than `b`; a pre-release comes before its release. */
 export function compare(a, b) {
   const [x, y] = [semver(a), semver(b)];
   if (!x || !y) throw new Error(`not a version: ${x ? b : a}`);
   for (let i = 0; i < 3; i++) if (x[i] !== y[i]) return x[i] < y[i] ? -1 : 1;
-  return 0;
+  if (x[3] === y[3]) return 0;
+  if (!x[3] || !y[3]) return x[3] ? -1 : 1;
+  return x[3].localeCompare(y[3], "en", { numeric: true }) < 0 ? -1 : 1;
 }
 
 /**
@@ -22,9 +24,11 @@ export function compare(a, b) {
  * each `{ version, text }`, `text` being its `## [x.y.z]` section whole.
  */
 export function entriesBetween(changelog, from, to) {
-  const sections = changelog.split(/^(?=## \[)/m).slice(1);
+  const sections = changelog.split(/^(?=## \[)/m).filter((text) => text.startsWith("## ["));
+  // The link definitions at the file's end belong to no entry.
+  const text = (section) => section.replace(/^\[[^\]]+\]: .*$/gm, "").trimEnd();
   return sections
-    .map((text) => ({ version: /^## \[([^\]]+)\]/.exec(text)[1], text: text.trimEnd() }))
+    .map((section) => ({ version: /^## \[([^\]]+)\]/.exec(section)[1], text: text(section) }))
     .filter(({ version }) => semver(version) && compare(version, from) > 0 && compare(version, to) <= 0);
 }
 

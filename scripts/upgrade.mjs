@@ -27,9 +27,10 @@
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, relative, sep } from "node:path";
+import { dirname, join, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 
+import { engineFiles, readLock, RELEASES, standing, writeLock } from "./engine-files.mjs";
 import { compare, entriesBetween, fileChanges, numberClashes, planText, semver } from "./upgrade-plan.mjs";
 
 const HERE = "crates/engine";
@@ -89,21 +90,13 @@ function gitStatus() {
   return { changed: lines.filter((l) => !l.startsWith("!! ")), ignored: lines.filter((l) => l.startsWith("!! ")) };
 }
 
-/** Every file under `dir`, relative, with its content; what cargo adds to a package is left out. */
+/** The engine's files under `dir` (scripts/engine-files.mjs); a symlink stops the upgrade. */
 function files(dir) {
-  const out = new Map();
-  const walk = (at) => {
-    for (const entry of readdirSync(at, { withFileTypes: true })) {
-      const path = join(at, entry.name);
-      const rel = relative(dir, path);
-      if (/^(target|\.git|Cargo\.lock|\.cargo_vcs_info\.json|Cargo\.toml\.orig|\.cargo-ok)$/.test(rel)) continue;
-      if (entry.isSymbolicLink()) fail(`${path} is a symlink: an engine holds files only`);
-      if (entry.isDirectory()) walk(path);
-      else out.set(rel, readFileSync(path));
-    }
-  };
-  walk(dir);
-  return out;
+  try {
+    return engineFiles(dir);
+  } catch (e) {
+    fail(e.message);
+  }
 }
 const same = (a, b) => a.size === b.size && [...a].every(([path, bytes]) => b.get(path)?.equals(bytes));
 
@@ -123,17 +116,23 @@ const before = field(manifest(HERE), "version");
 const after = field(manifest(from), "version");
 if (!semver(before) || !semver(after)) fail(`an engine's version is not x.y.z: ${before} here, ${after} in ENGINE`);
 
-// The newest program does every upgrade: a checkout's own, when its engine
-// is as new as this one or newer (never an older one's, which knows less).
-const theirProgram = join(dirname(from), "..", "scripts", "upgrade.mjs");
+// The newest program does every upgrade: that of a checkout (ENGINE names
+// its root) whose engine is newer than this copy's. Never an older or an
+// equal one's: an equal version may be an older clone of it.
+const theirProgram = join(engine, "scripts", "upgrade.mjs");
 const ours = realpathSync(fileURLToPath(import.meta.url));
-if (!process.env.UPGRADE_DELEGATED && compare(after, before) >= 0 && existsSync(theirProgram) && realpathSync(theirProgram) !== ours) {
+const checkout = existsSync(theirProgram) && existsSync(join(engine, HERE)) && realpathSync(join(engine, HERE)) === from;
+if (!process.env.UPGRADE_DELEGATED && checkout && compare(after, before) > 0 && realpathSync(theirProgram) !== ours) {
   console.log(`make upgrade: running ${realpathSync(theirProgram)}, the incoming checkout's program`);
-  const run = spawnSync("node", [realpathSync(theirProgram), engine], { stdio: "inherit", env: { ...process.env, UPGRADE_DELEGATED: "1" } });
+  const run = spawnSync(process.execPath, [realpathSync(theirProgram), engine], { stdio: "inherit", env: { ...process.env, UPGRADE_DELEGATED: "1" } });
+  if (run.error) fail(`the incoming checkout's program did not start: ${run.error.message}`);
   process.exit(run.status ?? 1);
 }
-if (compare(after, before) < 0 && !force) {
-  fail(`${NAME} ${before} -> ${after} is a downgrade: an older engine may not read what this one wrote. FORCE=1 to take it anyway`);
+/** What FORCE=1 overrode, said as it is taken. */
+const forced = (what) => console.error(`make upgrade: FORCE=1: ${what}`);
+if (compare(after, before) < 0) {
+  if (!force) fail(`${NAME} ${before} -> ${after} is a downgrade: an older engine may not read what this one wrote. FORCE=1 to take it anyway`);
+  forced(`taking a downgrade, ${before} -> ${after}`);
 }
 
 // What will change, all checked first.
@@ -146,7 +145,21 @@ if (replace) {
     fail(`not a git work tree: nothing can tell whether ${HERE} holds edits of yours. Commit the copy to git, or FORCE=1 to replace it anyway`);
   }
   if (status?.changed.length) fail(`${HERE} has changes git has not committed; commit or drop them first:\n${status.changed.join("\n")}`);
+  if (status === null) forced(`not a git work tree: ${HERE} is replaced, edits or not`);
   if (status?.ignored.length && !force) fail(`${HERE} holds files git ignores, which it would delete; move them, or FORCE=1:\n${status.ignored.join("\n")}`);
+  if (status?.ignored.length) forced(`deleting files git ignores in ${HERE}: ${status.ignored.join(", ")}`);
+  // Committed or not, an edit to the engine is lost by the upgrade: the
+  // engine must be the one the copy was given (template.lock), or, in a
+  // copy older than that record, one the template shipped (releases.json).
+  const releases = incoming.has(RELEASES) ? JSON.parse(incoming.get(RELEASES).toString()) : null;
+  const given = standing(current, before, readLock(), releases);
+  if (!given.known && !force) {
+    const which = given.edited.length ? `: ${given.edited.join(", ")}` : "";
+    if (readLock()) fail(`${HERE} differs from the ${NAME} ${before} this copy was given (template.lock), even if git holds the change${which}. The upgrade would lose it: move it into src/ (docs/extend.md), or FORCE=1 to replace it anyway`);
+    if (given.unknownVersion) fail(`this copy has no template.lock, and the incoming engine knows no ${NAME} ${before}: nothing can tell whether ${HERE} holds edits of yours. FORCE=1 to replace it anyway`);
+    fail(`${HERE} is no ${NAME} ${before} the template shipped (this copy has no template.lock)${which}. The upgrade would lose the change: move it into src/ (docs/extend.md), or FORCE=1 to replace it anyway`);
+  }
+  if (!given.known) forced(`replacing ${HERE}, which is not the engine this copy was given${given.edited.length ? `: ${given.edited.join(", ")}` : ""}`);
 }
 const named = (file) => file.slice(5);
 // D1's (migrations/), and Postgres's (migrations-postgres/) in a copy
@@ -158,9 +171,11 @@ for (const dir of ["migrations", "migrations-postgres"].filter((dir) => existsSy
   if (odd.length) fail(`the engine's ${dir} must be named NNNN_engine_<what>.sql: ${odd.join(", ")}`);
   const ours = readdirSync(dir).filter((file) => /^\d{4}_.*\.sql$/.test(file)).sort();
   const clashes = numberClashes(ours);
+  const clash = clashes.map((c) => c.join(" and ")).join("; ");
   if (clashes.length && !force) {
-    fail(`${dir}/ has migrations that share a number, so which runs first is up to their names: ${clashes.map((c) => c.join(" and ")).join("; ")}. Renumber yours (before any is applied), or FORCE=1`);
+    fail(`${dir}/ has migrations that share a number, so which runs first is up to their names: ${clash}. Renumber yours if no database has applied them; if one has, FORCE=1 (each such upgrade says so)`);
   }
+  if (clashes.length) forced(`${dir}/ has migrations that share a number: ${clash}`);
   let last = ours.length ? Number(ours.at(-1).slice(0, 4)) : 0;
   for (const file of theirs) {
     const mine = ours.find((o) => named(o) === named(file));
@@ -238,11 +253,15 @@ if (replace) {
   }
 }
 
+// The record of the engine this copy now has: what the next upgrade checks.
+writeLock(".", after);
+
 // Cargo.lock follows the new engine (its version, its dependencies), as a
 // build would leave it, so that a --locked build still runs.
 if (existsSync("Cargo.lock") && existsSync("Cargo.toml")) {
-  const locked = spawnSync("cargo", ["metadata", "--format-version", "1", "--quiet"], { encoding: "utf8", stdio: ["ignore", "ignore", "pipe"] });
-  if (locked.status !== 0) console.error(`make upgrade: Cargo.lock not updated (${locked.stderr.trim()}); run cargo update -p ${NAME}`);
+  console.log("make upgrade: updating Cargo.lock (cargo metadata)");
+  const locked = spawnSync("cargo", ["metadata", "--format-version", "1"], { encoding: "utf8", stdio: ["ignore", "ignore", "inherit"], timeout: 300_000 });
+  if (locked.error || locked.status !== 0) console.error(`make upgrade: Cargo.lock not updated (${locked.error?.message ?? `cargo exited ${locked.status}`}); run cargo update -p ${NAME}`);
 }
 
 console.log(replace ? `make upgrade: ${NAME} ${before} -> ${after} (from ${from})` : `make upgrade: ${HERE} is already that engine (${after})`);

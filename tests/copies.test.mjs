@@ -13,6 +13,7 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdir
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 
+import { engineFiles, readLock, standing } from "../scripts/engine-files.mjs";
 import { leftNames } from "../scripts/template/names.mjs";
 import { danglingRefs, recipeMade, storeWordsLeft } from "../scripts/template/refs.mjs";
 import { SOURCES } from "../scripts/template/sources.mjs";
@@ -73,6 +74,10 @@ for (const [providers, demos, dashboard, store = "d1"] of COMBINATIONS) {
       const places = ["src", "tests", "cli", "scripts", "migrations", "docs", ...(store === "postgres" ? ["migrations-postgres"] : [])];
       assert.deepEqual(places.flatMap((path) => markersLeft(dir, path)), []);
       assert.deepEqual(danglingRefs(dir, recipeMade), [], "its docs name only what it has");
+      // The record of the engine it was given, which make upgrade checks.
+      const lock = readLock(dir);
+      assert.equal(lock.engine.version, readFileSync(join(dir, "crates/engine/Cargo.toml"), "utf8").match(/^version = "(.*)"$/m)[1]);
+      assert.ok(standing(engineFiles(join(dir, "crates/engine")), lock.engine.version, lock, null).known, "template.lock matches crates/engine");
       // Its Cargo.lock is what its first build would leave.
       execFileSync("cargo", ["metadata", "--format-version", "1", "--locked", "--offline"], { cwd: dir, stdio: "pipe" });
       // All defaults keep the template whole, its history and Postgres option with it.

@@ -11,6 +11,9 @@ test("versions compare by number, not by text", () => {
   assert.equal(compare("0.2.0", "0.2.0"), 0);
   assert.equal(compare("1.0.0-rc.1", "0.9.0"), 1);
   assert.equal(compare("0.1.9", "0.2.0"), -1);
+  assert.equal(compare("0.3.0-rc.1", "0.3.0"), -1);
+  assert.equal(compare("0.3.0-rc.10", "0.3.0-rc.9"), 1);
+  assert.equal(compare("0.3.0+build", "0.3.0"), 0);
   assert.equal(semver("0.2"), null);
   assert.throws(() => compare("x", "0.1.0"), /not a version: x/);
 });
@@ -21,6 +24,12 @@ test("the entries after `from` up to `to`, newest first, each whole", () => {
   assert.deepEqual(entriesBetween(changelog, "0.1.0", "0.4.0").map((e) => e.version), ["0.4.0", "0.3.0", "0.2.0"]);
   assert.deepEqual(entriesBetween(changelog, "0.3.0", "0.2.0"), []);
   assert.deepEqual(entriesBetween("", "0.1.0", "0.2.0"), []);
+  // No preamble, and link definitions at the end: each entry whole, and only itself.
+  const bare = "## [0.2.0] - x\n\ntwo\n\n## [0.1.0] - y\n\none\n\n[0.2.0]: https://example.com/a\n[0.1.0]: https://example.com/b\n";
+  assert.deepEqual(entriesBetween(bare, "0.0.1", "0.2.0"), [
+    { version: "0.2.0", text: "## [0.2.0] - x\n\ntwo" },
+    { version: "0.1.0", text: "## [0.1.0] - y\n\none" },
+  ]);
 });
 
 test("migrations that share a number are found, each group once", () => {

@@ -13,18 +13,21 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, test } from "node:test";
 
+import { LOCK, readLock, writeLock } from "../scripts/engine-files.mjs";
+
 const SCRIPT = resolve("scripts/upgrade.mjs");
 const work = mkdtempSync(join(tmpdir(), "upgrade-"));
 after(() => rmSync(work, { recursive: true, force: true }));
 let made = 0;
 
-/** A copy: this checkout's engine and migrations, and one of the owner's. */
+/** A copy: this checkout's engine and migrations, one of the owner's, and the record of its engine (as generation writes it). */
 function copy() {
   const dir = join(work, `copy-${made++}`);
   cpSync("crates/engine", join(dir, "crates/engine"), { recursive: true });
   cpSync("migrations", join(dir, "migrations"), { recursive: true });
   const last = readdirSync(join(dir, "migrations")).sort().at(-1);
   writeFileSync(join(dir, "migrations", `${String(Number(last.slice(0, 4)) + 1).padStart(4, "0")}_invoices.sql`), "CREATE TABLE invoices (id TEXT PRIMARY KEY);\n");
+  writeLock(dir, readFileSync("crates/engine/Cargo.toml", "utf8").match(/^version = "(.*)"$/m)[1]);
   return dir;
 }
 
@@ -324,19 +327,62 @@ test("two migrations of the copy's that share a number are refused, changing not
   assert.equal(tree(dir), before);
 });
 
-test("given a checkout as new or newer, the checkout's own program runs it; an older one's never does", () => {
+test("given a checkout with a newer engine, its own program runs it; an equal or older one's never does", () => {
   const dir = copy();
   const checkout = join(work, `checkout-${made++}`);
   mkdirSync(join(checkout, "crates"), { recursive: true });
   cpSync(newer(), join(checkout, "crates/engine"), { recursive: true });
   mkdirSync(join(checkout, "scripts"));
   writeFileSync(join(checkout, "scripts/upgrade.mjs"), 'console.log(`the newer program, for ${process.argv[2]}`);\n');
-  const run = upgrade(dir, checkout);
+  const [major, minor] = versionOf(dir).split(".").map(Number);
+  for (const [version, runs] of [[`${major}.${minor + 1}.0`, true], [versionOf(dir), false], ["0.0.1", false]]) {
+    versioned(join(checkout, "crates/engine"), version);
+    const run = upgrade(dir, checkout, { FORCE: "" });
+    assert.equal(/the newer program, for /.test(run.stdout), runs, `${version}: ${run.stdout}${run.stderr}`);
+  }
+  assert.ok(!list(dir).at(-1).endsWith("_engine_drill.sql"), "no run changed the copy: the newer program did nothing, the others refused (not in git)");
+});
+
+test("an engine edit git holds is refused: the lock says what the copy was given; FORCE=1 replaces it, and the lock records the new engine", () => {
+  const dir = copy();
+  writeFileSync(join(dir, "crates/engine/src/clock.rs"), `${readFileSync(join(dir, "crates/engine/src/clock.rs"), "utf8")}// a fix of the owner's\n`);
+  committed(dir);
+  const before = tree(dir);
+  const engine = newer();
+  const run = upgrade(dir, engine, { FORCE: "" });
+  assert.equal(run.status, 1);
+  assert.match(run.stderr, /crates\/engine differs from the webhook-engine [\d.]+ this copy was given \(template\.lock\), even if git holds the change: src\/clock\.rs\. .*FORCE=1/);
+  assert.equal(tree(dir), before);
+  const forced = upgrade(dir, engine);
+  assert.equal(forced.status, 0, forced.stderr);
+  const lock = readLock(dir);
+  assert.equal(lock.engine.files["src/clock.rs"], createHash("sha256").update(readFileSync(join(engine, "src/clock.rs"))).digest("hex"));
+  assert.ok(lock.engine.files["GONE.md"] !== undefined, "every file of the new engine");
+  // Recorded, so the next upgrade takes it without FORCE.
+  git(dir, "add", ".");
+  git(dir, "commit", "-q", "-m", "upgraded");
+  assert.equal(upgrade(dir, newer(), { FORCE: "" }).status, 0);
+});
+
+// A copy made before template.lock existed: known by the releases.json the
+// incoming engine carries. Its engine comes from the first release's commit.
+const FIRST_RELEASE = "f510abb";
+const hasHistory = spawnSync("git", ["cat-file", "-e", `${FIRST_RELEASE}^{commit}`]).status === 0;
+test("a copy without a lock: the engine of a past release upgrades; an edited one is refused", { skip: !hasHistory && "no git history of the first release here" }, () => {
+  const legacy = (edit) => {
+    const dir = join(work, `legacy-${made++}`);
+    mkdirSync(dir);
+    execFileSync("sh", ["-c", `git archive ${FIRST_RELEASE} crates/engine migrations | tar -x -C "${dir}"`]);
+    if (edit) writeFileSync(join(dir, "crates/engine/src/clock.rs"), "// edited\n");
+    return committed(dir);
+  };
+  const clean = legacy(false);
+  const run = upgrade(clean, resolve("."), { FORCE: "" });
   assert.equal(run.status, 0, run.stderr);
-  assert.match(run.stdout, /the newer program, for /);
-  assert.ok(!list(dir).at(-1).endsWith("_engine_drill.sql"), "this program did nothing itself");
-  versioned(join(checkout, "crates/engine"), "0.0.1");
-  const older = upgrade(dir, checkout, { FORCE: "" });
-  assert.doesNotMatch(older.stdout, /the newer program/);
-  assert.match(older.stderr, /is a downgrade/);
+  assert.match(run.stdout, /webhook-engine 0\.1\.0 -> /);
+  assert.ok(existsSync(join(clean, LOCK)), "the lock, written");
+  const edited = legacy(true);
+  const refused = upgrade(edited, resolve("."), { FORCE: "" });
+  assert.equal(refused.status, 1);
+  assert.match(refused.stderr, /crates\/engine is no webhook-engine 0\.1\.0 the template shipped \(this copy has no template\.lock\): src\/clock\.rs\./);
 });

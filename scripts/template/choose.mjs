@@ -24,6 +24,7 @@ import { dirname, join } from "node:path";
 import { cutItems, fileNeedsMissing, pruneCfg, pruneDocNeeds, pruneNeeds } from "./prune.mjs";
 import { makePostgresCopy } from "./postgres.mjs";
 import { copyReadme } from "./readme.mjs";
+import { writeLock } from "../engine-files.mjs";
 import { secretVar } from "../secret-var.mjs";
 import { SOURCES } from "./sources.mjs";
 
@@ -218,4 +219,6 @@ write("Makefile", makefile);
 if (store === "postgres") makePostgresCopy();
 else if (missing.has("postgres")) rmSync("migrations-postgres", { recursive: true, force: true });
 copyReadme({ name, providers: chosen, demos, dashboard, store });
+// The engine the copy is given, for make upgrade to check it against.
+writeLock(".", read("crates/engine/Cargo.toml").match(/^version = "(.*)"$/m)[1]);
 console.log(`chose: ${chosen.join(", ")}; demos ${demos}; dashboard ${dashboard}; store ${store}`);

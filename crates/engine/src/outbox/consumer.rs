@@ -11,7 +11,7 @@ use worker::{Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder, RawMessage
 
 use super::claims::{Claimed, Current, Rows};
 use super::notify_operator::{self, Alert};
-use super::{dead_letter, enqueue_now, Action, Call, CallError, Job, OutboxStatus, Performed};
+use super::{dead_letter, enqueue_now, Action, Call, Job, OutboxStatus, Performed};
 use crate::clock::now_ms;
 use crate::config::OutboxSettings;
 use crate::d1::Db;
@@ -249,7 +249,9 @@ async fn perform(
         Some(name) => super::custom::perform(name, &claim.payload, &call).await,
         None => match Action::from_stored(&claim.action) {
             Some(action) => action.perform(&claim.payload, &call).await,
-            None => Err(CallError::UnknownAction),
+            // A row written before the action was the app's own (an
+            // engine the owner had edited): its performer, if registered.
+            None => super::custom::perform(&claim.action, &claim.payload, &call).await,
         },
     }
     .map_err(|e| e.to_string());

@@ -27,7 +27,10 @@ pub(super) const PREFIX: &str = "app:";
 /// The longest failure text a row keeps of a performer's words.
 const MAX_ERROR_CHARS: usize = 500;
 
-/// What performs a side effect of the app's own: its row, to the call.
+/// What performs a side effect of the app's own: its row, to the call. It
+/// has the outbox's call timeout (half the row's lease); past it, the
+/// attempt fails and is retried under the same key, though a request
+/// already sent may still arrive: the target must honour the key.
 /// Registered as `("crm_sync", |call| Box::pin(crm_sync(call)))` for an
 /// `async fn crm_sync(call: &Perform<'_>) -> Result<(), PerformError>`.
 pub type Performer = for<'a> fn(&'a Perform<'a>) -> PerformFuture<'a>;
