@@ -49,10 +49,15 @@ export function readLock(root = ".") {
   return existsSync(path) ? JSON.parse(readFileSync(path, "utf8")) : null;
 }
 
-/** Records the engine now in `root`'s crates/engine, at `version`. */
-export function writeLock(root, version) {
+/**
+ * Records the engine now in `root`'s crates/engine, at `version`, and what
+ * the copy was generated as (`copy`: its name and answers; kept from the
+ * record before when not given), for an upgrade to make its files again.
+ */
+export function writeLock(root, version, copy = readLock(root)?.copy) {
   const lock = {
-    about: "What make upgrade knows of this copy: the engine it was given. Written by the template; commit it, never edit it.",
+    about: "What make upgrade knows of this copy: what it was generated as, and the engine it was given. Written by the template; commit it, never edit it.",
+    ...(copy ? { copy } : {}),
     engine: { version, files: hashes(engineFiles(join(root, ENGINE))) },
   };
   writeFileSync(join(root, LOCK), `${JSON.stringify(lock, null, 2)}\n`);

@@ -76,6 +76,7 @@ for (const [providers, demos, dashboard, store = "d1"] of COMBINATIONS) {
       assert.deepEqual(danglingRefs(dir, recipeMade), [], "its docs name only what it has");
       // The record of the engine it was given, which make upgrade checks.
       const lock = readLock(dir);
+      assert.deepEqual(lock.copy, { name: "acme-hooks", providers: providers.split(","), demos: demos && /stripe|github/.test(providers), dashboard, store });
       assert.equal(lock.engine.version, readFileSync(join(dir, "crates/engine/Cargo.toml"), "utf8").match(/^version = "(.*)"$/m)[1]);
       assert.ok(standing(engineFiles(join(dir, "crates/engine")), lock.engine.version, lock, null).known, "template.lock matches crates/engine");
       // Its Cargo.lock is what its first build would leave.

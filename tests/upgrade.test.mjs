@@ -345,6 +345,7 @@ test("given a checkout with a newer engine, its own program runs it; an equal or
 
 test("an engine edit git holds is refused: the lock says what the copy was given; FORCE=1 replaces it, and the lock records the new engine", () => {
   const dir = copy();
+  writeLock(dir, versionOf(dir), { name: "drill" });
   writeFileSync(join(dir, "crates/engine/src/clock.rs"), `${readFileSync(join(dir, "crates/engine/src/clock.rs"), "utf8")}// a fix of the owner's\n`);
   committed(dir);
   const before = tree(dir);
@@ -356,6 +357,7 @@ test("an engine edit git holds is refused: the lock says what the copy was given
   const forced = upgrade(dir, engine);
   assert.equal(forced.status, 0, forced.stderr);
   const lock = readLock(dir);
+  assert.deepEqual(lock.copy, { name: "drill" }, "what it was generated as, kept");
   assert.equal(lock.engine.files["src/clock.rs"], createHash("sha256").update(readFileSync(join(engine, "src/clock.rs"))).digest("hex"));
   assert.ok(lock.engine.files["GONE.md"] !== undefined, "every file of the new engine");
   // Recorded, so the next upgrade takes it without FORCE.

@@ -219,6 +219,8 @@ write("Makefile", makefile);
 if (store === "postgres") makePostgresCopy();
 else if (missing.has("postgres")) rmSync("migrations-postgres", { recursive: true, force: true });
 copyReadme({ name, providers: chosen, demos, dashboard, store });
-// The engine the copy is given, for make upgrade to check it against.
-writeLock(".", read("crates/engine/Cargo.toml").match(/^version = "(.*)"$/m)[1]);
+// What the copy was generated as, and the engine it is given, for make
+// upgrade to check it against.
+const version = read("crates/engine/Cargo.toml").match(/^version = "(.*)"$/m)[1];
+writeLock(".", version, { name, providers: chosen, demos, dashboard, store });
 console.log(`chose: ${chosen.join(", ")}; demos ${demos}; dashboard ${dashboard}; store ${store}`);
