@@ -106,9 +106,14 @@ for (const [providers, demos, dashboard, store = "d1"] of COMBINATIONS) {
       // Its store: Postgres's tables, build and binding, or nothing of Postgres.
       const text = (file) => readFileSync(join(dir, file), "utf8");
       if (store === "postgres") {
+        // Every engine migration, and the demos' tables where kept, in the
+        // template's order, numbered from 0001.
         const tables = readdirSync(join(dir, "migrations-postgres")).sort();
-        assert.deepEqual(tables, ["0001_engine_schema.sql", ...(demos && providers.includes("stripe") ? ["0002_demo_effects.sql"] : [])]);
-        if (tables[1] && !providers.split(",").includes("github")) assert.doesNotMatch(text("migrations-postgres/0002_demo_effects.sql"), /repo_stars/);
+        const demoTables = demos && providers.includes("stripe");
+        const names = readdirSync("migrations-postgres").sort().map((file) => file.slice(5)).filter((name) => demoTables || name !== "demo_effects.sql");
+        assert.deepEqual(tables, names.map((name, i) => `${String(i + 1).padStart(4, "0")}_${name}`));
+        for (const engine of readdirSync("crates/engine/migrations-postgres")) assert.ok(tables.some((t) => t.slice(5) === engine.slice(5)), `${engine} is in migrations-postgres/`);
+        if (demoTables && !providers.split(",").includes("github")) assert.doesNotMatch(text("migrations-postgres/0002_demo_effects.sql"), /repo_stars/);
         assert.match(text("Cargo.toml"), /^default = \[.*"postgres"\]$/m);
         assert.match(text("wrangler.toml"), /^STORE = "postgres"$/m);
         assert.match(text("wrangler.toml"), /^\[\[hyperdrive\]\]\nbinding = "HYPERDRIVE"\nid = "0{32}"$/m);

@@ -4,7 +4,7 @@
 // and writes its id), and its tables in migrations-postgres/ only: the
 // engine's, then the kept demos'. D1 keeps the engine's own tables, and
 // the demos' too, which the D1 tests of the engine's machinery drive.
-import { readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 const LOCAL_URL = "postgresql://webhooks:webhooks@127.0.0.1:5433/webhooks";
@@ -62,9 +62,18 @@ localConnectionString = "${LOCAL_URL}"
   rewrite("tests/support/postgres.mjs", (text) =>
     text.replace(/^export const POSTGRES_BUILD = ".*";$/m, 'export const POSTGRES_BUILD = "build/index.js";'),
   );
-  // The demos' Postgres tables, if any is left.
-  for (const file of readdirSync("migrations-postgres")) {
+  // A migration the choice left without a statement (the demos' tables,
+  // none kept) goes; the rest are numbered from 0001 again, under their
+  // own names (make upgrade finds the engine's by name), as migrations/ is.
+  const statements = (text) => text.split("\n").some((line) => line.trim() && !line.trim().startsWith("--"));
+  const kept = readdirSync("migrations-postgres").sort().filter((file) => {
     const path = join("migrations-postgres", file);
-    if (!/^\s*CREATE /m.test(read(path))) rmSync(path);
-  }
+    if (statements(read(path))) return true;
+    rmSync(path);
+    return false;
+  });
+  kept.forEach((file, i) => {
+    const numbered = `${String(i + 1).padStart(4, "0")}_${file.slice(5)}`;
+    if (numbered !== file) renameSync(join("migrations-postgres", file), join("migrations-postgres", numbered));
+  });
 }
