@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { test } from "node:test";
 
-import { fileNeedsMissing, pruneNeeds } from "../scripts/template/prune.mjs";
+import { fileNeedsMissing, pruneDocNeeds, pruneNeeds } from "../scripts/template/prune.mjs";
 
 const MISSING = new Set(["postgres", "gone"]);
 const lines = (...text) => `${text.join("\n")}\n`;
@@ -195,4 +195,11 @@ test("the opening comment's mark decides the whole file, in its own language", (
   assert.ok(fileNeedsMissing("#!/bin/sh\n# A script.\n# needs: postgres\nset -eu\n", MISSING, "scripts/postgres.sh"));
   assert.ok(!fileNeedsMissing("#!/bin/sh\nset -eu\n# needs: postgres\nA=1\n", MISSING, "scripts/setup.sh"));
   assert.equal(pruneNeeds("// A file.\n// needs: kept\nconst a = 1;\n", MISSING, "a.mjs"), "// A file.\nconst a = 1;\n");
+});
+
+test("Markdown: two marked sections in a row go each with its own marker", () => {
+  const page = "# Page\n\nKept.\n\n<!-- needs: template -->\n## One\n\nFirst.\n\n<!-- needs: postgres -->\n## Two\n\nSecond.\n\n## Three\n\nThird.\n";
+  assert.equal(pruneDocNeeds(page, new Set(["template"])), "# Page\n\nKept.\n\n## Two\n\nSecond.\n\n## Three\n\nThird.\n");
+  assert.equal(pruneDocNeeds(page, new Set(["postgres"])), "# Page\n\nKept.\n\n## One\n\nFirst.\n\n## Three\n\nThird.\n");
+  assert.equal(pruneDocNeeds(page, new Set(["template", "postgres"])), "# Page\n\nKept.\n\n## Three\n\nThird.\n");
 });

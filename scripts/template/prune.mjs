@@ -291,8 +291,10 @@ function blockEnd(lines, start) {
   if (heading) {
     // A `#` line inside a fenced block is a shell comment, not a heading.
     let fenced = false;
-    const level = (line) => (fenced ? 7 : (line.match(/^(#{1,6}) /)?.[1].length ?? 7));
-    while (end + 1 < lines.length && level(lines[end + 1]) > heading[1].length) {
+    const level = (line) => (fenced ? 7 : (line?.match(/^(#{1,6}) /)?.[1].length ?? 7));
+    // The next section's own marker, right above its heading, is not this one's.
+    const nextMarked = (i) => !fenced && docNeedsOf(lines[i]) && level(lines[i + 1]) <= heading[1].length;
+    while (end + 1 < lines.length && level(lines[end + 1]) > heading[1].length && !nextMarked(end + 1)) {
       if (lines[++end].trimStart().startsWith("```")) fenced = !fenced;
     }
     while (end > start && !lines[end].trim()) end--;
