@@ -1,6 +1,6 @@
 // `make upgrade ENGINE=<path or version>`: brings a newer engine into this
 // copy, without touching src/ (your app). The newest program does it: given
-// a checkout whose engine is as new or newer, this runs that checkout's
+// a checkout whose engine is newer, this runs that checkout's
 // scripts/upgrade.mjs instead of itself. First it prints its plan
 // (scripts/upgrade-plan.mjs): the versions, the CHANGELOG entries between
 // them (what the owner must do), the files and the migrations.
@@ -20,10 +20,12 @@
 // yours to edit: they would be lost), or if this is not a git work tree
 // (nothing can tell; FORCE=1 replaces it anyway), or if a migration the
 // copy holds differs from the engine's file of that name. Without FORCE=1
-// it also refuses a downgrade, and two migrations of one folder that share
-// a number. The new code is copied beside the old one first, then swapped
-// in; Cargo.lock follows. Then `make test` proves the copy, and
-// `make deploy` applies the migrations.
+// it also refuses a downgrade, two migrations of one folder that share a
+// number, and an engine that is not the one template.lock records, even
+// committed (scripts/engine-files.mjs). The new code is copied beside the
+// old one first, then swapped in; template.lock and Cargo.lock follow.
+// Then `make test` proves the copy, and `make deploy` applies the
+// migrations.
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
