@@ -51,13 +51,16 @@ export function readLock(root = ".") {
 
 /**
  * Records the engine now in `root`'s crates/engine, at `version`, and what
- * the copy was generated as (`copy`: its name and answers; kept from the
- * record before when not given), for an upgrade to make its files again.
+ * the copy was generated as (`copy`: its name and answers), for an upgrade
+ * to make its files again, and the template commit its files last came
+ * from (`template`: `{ commit }`), when an upgrade knows it; each kept
+ * from the record before when not given.
  */
-export function writeLock(root, version, copy = readLock(root)?.copy) {
+export function writeLock(root, version, copy = readLock(root)?.copy, template = readLock(root)?.template) {
   const lock = {
     about: "What make upgrade knows of this copy: what it was generated as, and the engine it was given. Written by the template; commit it, never edit it.",
     ...(copy ? { copy } : {}),
+    ...(template ? { template } : {}),
     engine: { version, files: hashes(engineFiles(join(root, ENGINE))) },
   };
   writeFileSync(join(root, LOCK), `${JSON.stringify(lock, null, 2)}\n`);

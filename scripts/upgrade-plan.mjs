@@ -51,7 +51,7 @@ export function numberClashes(files) {
 }
 
 /** The plan, as printed: one line a fact, the CHANGELOG entries whole. */
-export function planText({ name, before, after, from, changes, migrations, worker, entries }) {
+export function planText({ name, before, after, from, changes, migrations, worker, entries, carry }) {
   const direction = compare(after, before);
   const lines = [
     "make upgrade: the plan",
@@ -65,6 +65,7 @@ export function planText({ name, before, after, from, changes, migrations, worke
   }
   lines.push(migrations.length ? `  migrations appended: ${migrations.join(", ")}` : "  migrations appended: none");
   if (worker) lines.push(`  Cargo.toml: worker ${worker.from} -> ${worker.to}, as the engine uses`);
+  lines.push(...carryLines(carry));
   if (entries.length) {
     lines.push(`  CHANGELOG, after ${before}:`);
     for (const { text } of entries) lines.push(...text.split("\n").map((line) => (line ? `    ${line}` : "")), "");
@@ -72,4 +73,26 @@ export function planText({ name, before, after, from, changes, migrations, worke
     lines.push(`  CHANGELOG: no entry after ${before}; read the engine's changes before deploying`);
   }
   return lines.join("\n");
+}
+
+/** What the plan says of the template's files (scripts/upgrade-carry.mjs): where they come from, and each one's fate. */
+export function carryLines(carry) {
+  if (!carry) return ["  template files (src/, tests/, scripts/, docs/, …): not carried (ENGINE is no checkout of the template, or this no generated copy)"];
+  const { answers, base, why, plan } = carry;
+  const { name, providers, demos, dashboard, store } = answers;
+  const lines = [
+    `  generated as: ${name}, providers ${providers.join(",")}, demos ${demos}, dashboard ${dashboard}, store ${store}${answers.inferred ? " (read from the copy: it has no template.lock)" : ""}`,
+    base ? `  template files: from commit ${base.slice(0, 12)} (this copy's) to the checkout's` : `  template files: ${why}; only files the copy lacks are added`,
+  ];
+  if (!plan.length) return [...lines, "    none changed"];
+  const SAY = {
+    replace: "replaced",
+    add: "added",
+    remove: "removed",
+    merge: "merged with your changes",
+    conflict: "CONFLICT: your changes and the template's overlap; left marked",
+    kept: "kept as you have it",
+  };
+  for (const { path, action, why: reason } of plan) lines.push(`    ${SAY[action]}: ${path}${reason ? ` (${reason})` : ""}`);
+  return lines;
 }

@@ -1,5 +1,6 @@
 // `make upgrade ENGINE=<path or version>`: brings a newer engine into this
-// copy, without touching src/ (your app). The newest program does it: given
+// copy, and from a checkout of the template its files too, merged with the
+// owner's changes (scripts/upgrade-carry.mjs). The newest program does it: given
 // a checkout whose engine is newer, this runs that checkout's
 // scripts/upgrade.mjs instead of itself. First it prints its plan
 // (scripts/upgrade-plan.mjs): the versions, the CHANGELOG entries between
@@ -14,6 +15,11 @@
 //    number, is appended after the last one, numbered in sequence; the same
 //    for migrations-postgres/ in a copy that has one. No file is renamed or
 //    edited, so a database that applied them keeps its history.
+// 3. The template's files (src/, tests/, scripts/, docs/, Makefile, …),
+//    when ENGINE is a checkout of the template: each made as the copy's
+//    template made it and as the checkout makes it, and merged with the
+//    copy's own (git merge-file). An overlap is left marked, named, and the
+//    upgrade exits 1; a file it changes must hold no uncommitted change.
 //
 // Everything is checked before anything changes. It refuses if
 // crates/engine holds changes git has not committed (the engine is not
@@ -27,12 +33,13 @@
 // Then `make test` proves the copy, and `make deploy` applies the
 // migrations.
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { engineFiles, readLock, RELEASES, standing, writeLock } from "./engine-files.mjs";
+import { HOOK, prepareCarry } from "./upgrade-carry.mjs";
 import { compare, entriesBetween, fileChanges, numberClashes, planText, semver } from "./upgrade-plan.mjs";
 
 const HERE = "crates/engine";
@@ -101,6 +108,20 @@ function files(dir) {
   }
 }
 const same = (a, b) => a.size === b.size && [...a].every(([path, bytes]) => b.get(path)?.equals(bytes));
+
+/** The carry's plan from a template checkout (scripts/upgrade-carry.mjs), its files checked committed. */
+function carryFrom(root) {
+  let carry;
+  try {
+    carry = prepareCarry(root, { engine: current, lock: readLock(), label: `template with ${NAME} ${after}`, say: (line) => console.log(`make upgrade: ${line}`) });
+  } catch (e) {
+    fail(`making the copy's template files from ${root} failed, nothing changed: ${e.message}`);
+  }
+  const touched = carry.plan.filter((c) => c.action !== "kept").map((c) => c.path);
+  const status = touched.length && gitStatus() !== null ? execFileSync("git", ["status", "--porcelain", "--", ...touched], { encoding: "utf8" }).trimEnd() : "";
+  if (status) fail(`files the upgrade changes hold changes git has not committed; commit or drop them first:\n${status}`);
+  return carry;
+}
 
 const engine = process.argv[2];
 if (!engine) fail("say which engine: make upgrade ENGINE=<path or version>");
@@ -191,7 +212,14 @@ for (const dir of ["migrations", "migrations-postgres"].filter((dir) => existsSy
     }
   }
 }
-const appManifest = read("Cargo.toml");
+// 3. The template's files (scripts/upgrade-carry.mjs), from a checkout of
+// the template: each merged with the owner's changes since generation.
+// A copy cargo generate made has these; a bare engine with migrations has nothing else to carry.
+const generated = ["Cargo.toml", "wrangler.toml", join("src", "lib.rs")].every((path) => existsSync(path));
+const carry = generated && checkout && existsSync(join(engine, HOOK, "choose.mjs")) ? carryFrom(realpathSync(engine)) : null;
+const carried = carry?.plan ?? [];
+const onDisk = read("Cargo.toml");
+const appManifest = carried.find((c) => c.path === "Cargo.toml" && c.bytes)?.bytes.toString() ?? onDisk;
 const ourWorker = appManifest.match(WORKER_LINE)?.slice(1).find(Boolean);
 const theirWorker = workerVersion(incoming.get("Cargo.toml").toString());
 // The app's `worker` line, its version the engine's: the same line, only the version changed.
@@ -210,6 +238,7 @@ console.log(
     migrations: added.map(([path]) => path),
     worker: bumped !== appManifest ? { from: ourWorker, to: theirWorker } : null,
     entries: entriesBetween(changelog, before, after),
+    carry,
   }),
 );
 
@@ -242,10 +271,18 @@ if (replace) {
 // 2. The engine's migrations this copy lacks, after its last one; the
 // app's worker version.
 for (const [path, text] of added) writeFileSync(path, text);
-if (bumped !== appManifest) {
-  writeFileSync("Cargo.toml", bumped);
-  console.log(`make upgrade: worker ${ourWorker} -> ${theirWorker} in Cargo.toml, as the engine uses`);
+// 3. The template's files, Cargo.toml with the worker version.
+for (const { path, action, bytes, exec } of carried) {
+  if (action === "kept" || path === "Cargo.toml") continue;
+  if (action === "remove") rmSync(path, { force: true });
+  else {
+    mkdirSync(dirname(path) || ".", { recursive: true });
+    writeFileSync(path, bytes);
+    chmodSync(path, exec ? 0o755 : 0o644);
+  }
 }
+if (bumped !== onDisk) writeFileSync("Cargo.toml", bumped);
+if (bumped !== appManifest) console.log(`make upgrade: worker ${ourWorker} -> ${theirWorker} in Cargo.toml, as the engine uses`);
 if (replace) {
   const old = join(dirname(HERE), ".engine-old");
   try {
@@ -256,7 +293,10 @@ if (replace) {
 }
 
 // The record of the engine this copy now has: what the next upgrade checks.
-writeLock(".", after);
+// With the template's files carried: what the copy was generated as, and
+// the template commit they now are (the next upgrade's base).
+const generatedAs = carry && (({ name, providers, demos, dashboard, store }) => ({ name, providers, demos, dashboard, store }))(carry.answers);
+writeLock(".", after, generatedAs || undefined, carry ? (carry.head ? { commit: carry.head } : null) : undefined);
 
 // Cargo.lock follows the new engine (its version, its dependencies), as a
 // build would leave it, so that a --locked build still runs.
@@ -268,4 +308,9 @@ if (existsSync("Cargo.lock") && existsSync("Cargo.toml")) {
 
 console.log(replace ? `make upgrade: ${NAME} ${before} -> ${after} (from ${from})` : `make upgrade: ${HERE} is already that engine (${after})`);
 console.log(added.length ? `make upgrade: new migrations: ${added.map(([path]) => path).join(", ")}` : "make upgrade: no new migration");
+const conflicts = carried.filter((c) => c.action === "conflict").map((c) => c.path);
+if (conflicts.length) {
+  console.error(`make upgrade: ${conflicts.length} files hold conflict markers (<<<<<<< yours … >>>>>>> template): ${conflicts.join(", ")}. Resolve them, then \`make test\``);
+  process.exit(1);
+}
 console.log("make upgrade: next, `make test`; `make deploy` applies the new migrations (`make dev` applies them locally)");

@@ -1,0 +1,263 @@
+// The template's files a copy holds besides the engine (src/, tests/,
+// scripts/, docs/, the Makefile, wrangler.toml, Cargo.toml, the npm and
+// toolchain pins), carried by `make upgrade` the way git merges a branch:
+// the copy as the template made it (the base), the copy as the incoming
+// template makes it (theirs), and the copy as it is (ours). A file the
+// owner never touched becomes theirs; one the template never changed stays
+// ours; one both changed is merged, and a clash is left between conflict
+// markers for the owner. Both base and theirs are generated here the way
+// `cargo generate` made the copy (the template's post hook), with the
+// answers template.lock records.
+import { execFileSync, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, relative } from "node:path";
+
+/** What a copy holds that the carry leaves alone: the engine and the migrations (the upgrade's own steps), the records, and what builds and runs make. */
+export const NOT_CARRIED = /^(crates\/engine\/|migrations(-postgres)?\/|template\.lock$|Cargo\.lock$|node_modules\/|target\/|build\/|\.wrangler\/|\.git\/|\.dev\.vars|\.admin-token$|tests\/artifacts\/)/;
+/** The demo effects' files: a copy generated with them holds at least one, or their migration. */
+const DEMO = /^src\/effects\/(orders|subscriptions|stars)\.rs$|^migrations\/\d{4}_[a-z_]*demo/;
+
+/** Where the template keeps the generator: rename.mjs, choose.mjs and their helpers, which no copy holds. */
+export const HOOK = ["scripts", "template"].join("/");
+
+const git = (dir, args, input) => execFileSync("git", ["-C", dir, ...args], { encoding: "utf8", input, maxBuffer: 1 << 28 });
+
+/** Every file under `dir` but what NOT_CARRIED names, as `path -> { bytes, exec }`. */
+export function treeFiles(dir) {
+  const out = new Map();
+  const walk = (at) => {
+    for (const entry of readdirSync(at, { withFileTypes: true })) {
+      const path = join(at, entry.name);
+      const rel = relative(dir, path);
+      if (NOT_CARRIED.test(entry.isDirectory() ? `${rel}/` : rel)) continue;
+      if (entry.isDirectory()) walk(path);
+      else if (entry.isFile()) out.set(rel, { bytes: readFileSync(path), exec: (statSync(path).mode & 0o100) !== 0 });
+    }
+  };
+  walk(dir);
+  return out;
+}
+
+/**
+ * What the copy was generated as: template.lock's `copy`, or, for a copy
+ * older than that record, read from its files (its Cargo features, its
+ * [vars.SOURCES], its demo files). `inferred` says which.
+ */
+export function answersOf(root, lock) {
+  const cargo = readFileSync(join(root, "Cargo.toml"), "utf8");
+  const date = readFileSync(join(root, "wrangler.toml"), "utf8").match(/^compatibility_date = "(\d{4}-\d{2}-\d{2})"$/m)?.[1];
+  const copy = lock?.copy;
+  if (copy?.providers) return { ...copy, date, inferred: false };
+  const features = cargo.match(/^default = \[([^\]]*)\]/m)?.[1].match(/"[^"]+"/g)?.map((f) => f.slice(1, -1)) ?? [];
+  const wrangler = readFileSync(join(root, "wrangler.toml"), "utf8");
+  const sources = wrangler.split(/^\[vars\.SOURCES\]$/m)[1]?.split(/^\[/m)[0] ?? "";
+  const providers = [...new Set([...sources.matchAll(/provider = "([a-z-]+)"/g)].map((m) => m[1]))];
+  const files = [...listFiles(join(root, "src")).map((f) => `src/${f}`), ...listFiles(join(root, "migrations")).map((f) => `migrations/${f}`)];
+  return {
+    name: copy?.name ?? cargo.match(/^name = "([^"]+)"$/m)?.[1],
+    providers,
+    demos: files.some((f) => DEMO.test(f)),
+    dashboard: features.includes("dashboard"),
+    store: features.includes("postgres") ? "postgres" : "d1",
+    date,
+    inferred: true,
+  };
+}
+const listFiles = (dir) => (existsSync(dir) ? readdirSync(dir, { recursive: true }).filter((f) => statSync(join(dir, f)).isFile()) : []);
+
+/**
+ * The copy `answers` makes from the template files in `dir`, in place, as
+ * hook.rhai does: rename.mjs, choose.mjs, `cargo fmt`, and the template's
+ * own files gone. `toolchain` is the copy's, so no other is installed.
+ */
+function generateIn(dir, answers, toolchain) {
+  const run = (cmd, args) => {
+    const done = spawnSync(cmd, args, { cwd: dir, encoding: "utf8", env: { ...process.env, ...(toolchain ? { RUSTUP_TOOLCHAIN: toolchain } : {}) } });
+    if (done.error || done.status !== 0) throw new Error(`${cmd} ${args.join(" ")}: ${done.error?.message ?? done.stderr.trim().split("\n").slice(-3).join(" ")}`);
+  };
+  const { name, providers, demos, dashboard, store, date } = answers;
+  run(process.execPath, [join(HOOK, "rename.mjs"), name, date]);
+  run(process.execPath, [join(HOOK, "choose.mjs"), providers.join(","), String(demos), String(dashboard), name, store]);
+  run("cargo", ["fmt", "--all"]);
+  rmSync(join(dir, HOOK), { recursive: true, force: true });
+  rmSync(join(dir, "cargo-generate.toml"), { force: true });
+}
+
+/** Makes in `dir` (empty) the copy the template at `commit` of `checkout` makes (its files as they stand when `commit` is null). */
+export function generateCopy(checkout, commit, answers, toolchain, dir) {
+  if (commit) {
+    execFileSync("sh", ["-c", 'git -C "$1" archive "$2" | tar -x -C "$3"', "archive", checkout, commit, dir]);
+  } else {
+    const paths = git(checkout, ["ls-files", "-z", "--cached", "--others", "--exclude-standard"]).split("\0").filter((p) => p && existsSync(join(checkout, p)));
+    for (const path of paths) {
+      mkdirSync(dirname(join(dir, path)), { recursive: true });
+      writeFileSync(join(dir, path), readFileSync(join(checkout, path)), { mode: statSync(join(checkout, path)).mode });
+    }
+  }
+  generateIn(dir, answers, toolchain);
+}
+
+/** The carried files of the copy `generateCopy` makes. */
+export function generateAt(checkout, commit, answers, toolchain) {
+  const dir = mkdtempSync(join(tmpdir(), "upgrade-copy-"));
+  try {
+    generateCopy(checkout, commit, answers, toolchain, dir);
+    return treeFiles(dir);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** git's id of a blob of these bytes. */
+const blobId = (bytes) => createHash("sha1").update(`blob ${bytes.length}\0`).update(bytes).digest("hex");
+
+/**
+ * The commits of `checkout` whose crates/engine is the engine `engine`
+ * holds (a map of path to bytes), or, when none is, the nearest; newest
+ * first. Only commits whose template could generate a copy count.
+ */
+export function engineCommits(checkout, engine) {
+  const commits = git(checkout, ["rev-list", "HEAD"]).split("\n").filter(Boolean);
+  const ask = (suffix) => git(checkout, ["cat-file", "--batch-check"], commits.map((c) => `${c}:${suffix}`).join("\n") + "\n").split("\n");
+  const trees = ask("crates/engine");
+  const hooks = ask(`${HOOK}/choose.mjs`);
+  const ours = new Map([...engine].map(([path, bytes]) => [path, blobId(bytes)]));
+  const score = new Map();
+  const candidates = [];
+  commits.forEach((commit, i) => {
+    const [tree, type] = trees[i].split(" ");
+    if (type !== "tree" || !hooks[i].includes(" blob ")) return;
+    if (!score.has(tree)) {
+      const theirs = git(checkout, ["ls-tree", "-r", tree]).split("\n").filter(Boolean).map((line) => line.split("\t"));
+      const differ = theirs.filter(([meta, path]) => ours.get(path) !== meta.split(" ")[2]).length + [...ours.keys()].filter((p) => !theirs.some(([, path]) => path === p)).length;
+      score.set(tree, differ);
+    }
+    candidates.push({ commit, differ: score.get(tree) });
+  });
+  const best = Math.min(...candidates.map((c) => c.differ));
+  return candidates.filter((c) => c.differ === best).map((c) => c.commit);
+}
+
+/** How many of `generated`'s files the copy (`ours`) holds byte for byte. */
+const likeness = (generated, ours) => [...generated].filter(([path, { bytes }]) => ours(path)?.equals(bytes)).length;
+
+/**
+ * The template commit the copy was generated from: `recorded` (template.lock
+ * says, from the last upgrade) if `checkout` has it; else, of the commits
+ * with the copy's engine, the one whose generated copy matches the most of
+ * the copy's files (the newest of equals). `{ commit, files }`, or
+ * `{ why }` when none can be told.
+ */
+export function findBase(checkout, { engine, ours, answers, toolchain, recorded, say }) {
+  if (!existsSync(join(checkout, ".git"))) return { why: `${checkout} is not a git checkout, so the template your copy came from cannot be found` };
+  if (git(checkout, ["rev-parse", "--is-shallow-repository"]).trim() === "true") return { why: `${checkout} is a shallow clone: fetch its history (git fetch --unshallow)` };
+  if (recorded && spawnSync("git", ["-C", checkout, "cat-file", "-e", `${recorded}^{commit}`]).status === 0) {
+    return { commit: recorded, files: generateAt(checkout, recorded, answers, toolchain) };
+  }
+  const commits = engineCommits(checkout, engine);
+  if (!commits.length) return { why: `no commit of ${checkout} has a template that generates copies` };
+  // Commits that differ only in what no copy holds make the same copy: one each.
+  const seen = new Set();
+  const distinct = commits.filter((commit) => {
+    const key = git(checkout, ["ls-tree", commit]).split("\n").filter((l) => !/\t(BENCHMARKS|RELIABILITY)\.md$/.test(l)).join("\n");
+    return !seen.has(key) && seen.add(key);
+  });
+  const tried = distinct.slice(0, 40);
+  say(`finding the template commit this copy came from: ${tried.length} candidates with its engine`);
+  let best = null;
+  for (const commit of tried) {
+    let files;
+    try {
+      files = generateAt(checkout, commit, answers, toolchain);
+    } catch {
+      continue;
+    }
+    const score = likeness(files, ours);
+    if (!best || score > best.score) best = { commit, files, score };
+    if (score === files.size) break;
+  }
+  return best ?? { why: "no candidate commit generated a copy" };
+}
+
+/**
+ * Each carried file's fate, from base, theirs and ours (maps, or for ours
+ * a function of a path to bytes or undefined): `{ path, action, bytes, exec }`,
+ * action one of add, replace, remove, merge, conflict (merged with
+ * markers), kept (both changed a file one side removed, or a binary file).
+ * `merge(ours, base, theirs)` gives `{ bytes, conflicts }`.
+ */
+export function carryPlan(base, theirs, ours, merge) {
+  const out = [];
+  const paths = [...new Set([...(base?.keys() ?? []), ...theirs.keys()])].sort();
+  for (const path of paths) {
+    const b = base?.get(path)?.bytes;
+    const t = theirs.get(path);
+    const o = ours(path);
+    const eq = (x, y) => (x && y ? x.equals(y) : x === y);
+    if (eq(o, t?.bytes) || (base && eq(b, t?.bytes))) continue;
+    if (!base) {
+      if (!o && t) out.push({ path, action: "add", ...t });
+      else out.push({ path, action: "kept", why: "no base to merge from" });
+      continue;
+    }
+    if (eq(o, b)) {
+      out.push(t ? { path, action: b ? "replace" : "add", ...t } : { path, action: "remove" });
+      continue;
+    }
+    if (!o) {
+      out.push({ path, action: "kept", why: "you removed it; the template changed it" });
+      continue;
+    }
+    if (!t) {
+      out.push({ path, action: "kept", why: "you changed it; the template removed it" });
+      continue;
+    }
+    if ([o, b ?? Buffer.alloc(0), t.bytes].some((x) => x.includes(0))) {
+      out.push({ path, action: "kept", why: "a binary file both changed" });
+      continue;
+    }
+    const merged = merge(o, b ?? Buffer.alloc(0), t.bytes);
+    out.push({ path, action: merged.conflicts ? "conflict" : "merge", bytes: merged.bytes, exec: t.exec });
+  }
+  return out;
+}
+
+/** git merge-file on three texts: the merge, and how many conflicts it left marked. */
+export function mergeFile(labels) {
+  return (ours, base, theirs) => {
+    const dir = mkdtempSync(join(tmpdir(), "upgrade-merge-"));
+    try {
+      const [o, b, t] = ["ours", "base", "theirs"].map((name, i) => {
+        writeFileSync(join(dir, name), [ours, base, theirs][i]);
+        return join(dir, name);
+      });
+      const done = spawnSync("git", ["merge-file", "-p", "-L", labels[0], "-L", labels[1], "-L", labels[2], o, b, t], { maxBuffer: 1 << 26 });
+      if (done.status < 0 || done.status === null || done.status > 127) throw new Error(`git merge-file failed: ${done.stderr}`);
+      return { bytes: done.stdout, conflicts: done.status };
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  };
+}
+
+/**
+ * The carry for the copy in the current directory from the template
+ * checkout `checkout`: `{ answers, base, why, plan, head }`. `base` is the
+ * commit the copy came from (or `null`, `why` saying why none was found:
+ * then only files the copy lacks are added); `head` is the checkout's
+ * commit when its files are that commit's, for template.lock.
+ */
+export function prepareCarry(checkout, { engine, lock, label, say }) {
+  const answers = answersOf(".", lock);
+  const toolchain = existsSync("rust-toolchain.toml") ? readFileSync("rust-toolchain.toml", "utf8").match(/^channel = "([^"]+)"$/m)?.[1] : undefined;
+  const ours = (path) => (existsSync(path) && statSync(path).isFile() ? readFileSync(path) : undefined);
+  const theirs = generateAt(checkout, null, answers, toolchain);
+  const base = findBase(checkout, { engine, ours, answers, toolchain, recorded: lock?.template?.commit, say });
+  const from = base.commit ? `template ${base.commit.slice(0, 12)}` : "template";
+  const plan = carryPlan(base.files ?? null, theirs, ours, mergeFile(["yours", from, label]));
+  const clean = existsSync(join(checkout, ".git")) && git(checkout, ["status", "--porcelain"]).trim() === "";
+  const head = clean ? git(checkout, ["rev-parse", "HEAD"]).trim() : null;
+  return { answers, base: base.commit ?? null, why: base.why, plan, head };
+}
