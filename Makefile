@@ -17,7 +17,7 @@ MINIMAL := stripe,github
 # The build whose effects may commit in Postgres (docs/postgres.md).
 POSTGRES := stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,generic-hmac,admin,dashboard,postgres
 
-.PHONY: dev sink test test-copies setup setup-test setup-template build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench semver-check
+.PHONY: dev sink test test-copies setup setup-test setup-template build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench semver-check upgrade-drill store
 
 ## Serve the worker on http://localhost:$(PORT) with local D1, Durable
 ## Objects and Queues (state in .wrangler/), secrets from .dev.vars, and the
@@ -142,6 +142,13 @@ migrate: setup
 upgrade:
 	FORCE="$(FORCE)" node scripts/upgrade.mjs "$(ENGINE)"
 
+## Where your effects commit, switched: `make store STORE=<store>
+## ENGINE=<a checkout of the template>`. The copy's files are made again
+## for that store and merged with yours, as make upgrade does
+## (docs/upgrades.md, "Switch stores").
+store:
+	FORCE="$(FORCE)" node scripts/upgrade.mjs "$(ENGINE)" --store "$(STORE)"
+
 # needs: template
 ## What a user gets, at every landing (.ci/run runs it after make test):
 ## the Stripe-only copies, on D1 and on Postgres, generated with
@@ -160,11 +167,18 @@ semver-check:
 
 ## cargo generate from this checkout into a temporary directory, four
 ## copies (Stripe alone; GitHub and hmac; Twilio first; every default),
-## each checked for names left behind, given its recipes, the first one
-## upgraded to a changed engine (the upgrade drill), then its whole suite
-## (about 33 minutes; 4 more to install cargo-generate the first time).
+## each checked for names left behind, given its recipes, then its whole
+## suite; then the upgrade drill (about 33 minutes; 4 more to install
+## cargo-generate the first time).
 template-check: setup
 	sh scripts/template-check.sh
+
+# needs: template
+## Copies of the previous release (its engine-v* tag), D1 and Postgres,
+## with recipe (a) and an edit of their owner's, upgraded to this checkout
+## as docs/upgrades.md says, then their whole suites.
+upgrade-drill: setup
+	sh scripts/template/upgrade-drill.sh
 
 # needs: everything
 ## The worker's wasm size per feature set, and the cold start of the

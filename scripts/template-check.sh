@@ -10,10 +10,9 @@
 #   warnings as errors, host tests, wasm builds, deploy validation, end to
 #   end in workerd); a Postgres copy then runs under its make dev runner
 #   through storms and a Postgres restart (scripts/template/dev-check.mjs).
-# - the upgrade drill, on the first copy: after its recipes, `make upgrade`
-#   to an engine changed in a test-only way (one new migration, and the
-#   answer to `GET /`), then its suite, with a test that sees both, passes
-#   with src/ untouched.
+# - the upgrade drill (scripts/template/upgrade-drill.sh): copies of the
+#   previous release, D1 and Postgres, with recipe (a) and an edit of their
+#   owner's, upgraded to this checkout, then their whole suites.
 # The copies: `providers=stripe dashboard=false store=postgres` (effects in
 # a local Postgres); `providers=github,hmac demos=false dashboard=true`;
 # seven providers with Twilio first, without demos; all defaults. Installs
@@ -41,61 +40,9 @@ mkdir "$WORK/target"
 ALL="stripe github standard-webhooks svix shopify slack linear paddle twilio hmac"
 fail() { echo "template-check: $NAME: $*" >&2; exit 1; }
 
-# A newer engine for the drill: this one, with one more migration and a
-# changed answer to `GET /`.
-DRILL_ENGINE="$WORK/engine-next"
-cp -r "$WORK/template/crates/engine" "$DRILL_ENGINE"
-DRILL_MIGRATION="$(printf '%04d' $(($(ls "$DRILL_ENGINE/migrations" | wc -l) + 1)))_engine_upgrade_drill.sql"
-printf -- '-- The upgrade drill (scripts/template-check.sh).\nCREATE TABLE IF NOT EXISTS engine_upgrade_drill (id INTEGER PRIMARY KEY);\n' >"$DRILL_ENGINE/migrations/$DRILL_MIGRATION"
-DRILL_PG_MIGRATION="$(printf '%04d' $(($(ls "$DRILL_ENGINE/migrations-postgres" | wc -l) + 1)))_engine_upgrade_drill.sql"
-printf -- '-- The upgrade drill (scripts/template-check.sh).\nCREATE TABLE IF NOT EXISTS engine_upgrade_drill (id BIGINT PRIMARY KEY);\n' >"$DRILL_ENGINE/migrations-postgres/$DRILL_PG_MIGRATION"
-sed -i 's|"idempotent webhook receiver: POST|"idempotent webhook receiver, upgraded: POST|' "$DRILL_ENGINE/src/lib.rs"
-grep -q "receiver, upgraded: POST" "$DRILL_ENGINE/src/lib.rs" || { echo "template-check: the drill's engine change did not apply" >&2; exit 1; }
-
-# drill: upgrades the copy in the current directory to $DRILL_ENGINE, and
-# adds the test that sees it (tests are not src/).
-drill() {
-    cp -r src "$WORK/$NAME-src-before"
-    ls migrations >"$WORK/$NAME-migrations-before"
-    # As its owner keeps it: in git, committed (make upgrade checks the
-    # engine holds no edits of theirs).
-    git init -q && git add -A && git -c user.name=drill -c user.email=drill@example.com commit -qm "the copy, its recipes applied"
-    make upgrade ENGINE="$DRILL_ENGINE"
-    diff -r "$WORK/$NAME-src-before" src >/dev/null || fail "make upgrade edited src/"
-    diff -r "$DRILL_ENGINE" crates/engine >/dev/null || fail "crates/engine is not the new engine"
-    ls migrations | head -n "$(wc -l <"$WORK/$NAME-migrations-before")" | diff "$WORK/$NAME-migrations-before" - >/dev/null ||
-        fail "make upgrade renamed a migration"
-    for dir in migrations migrations-postgres; do
-        [ -d "$dir" ] || continue
-        last=$(ls "$dir" | tail -n 1)
-        case "$last" in *_engine_upgrade_drill.sql) ;; *) fail "the engine's new migration is not last in $dir: $last" ;; esac
-    done
-    cat >tests/upgrade-drill.test.mjs <<'DRILL'
-// The upgrade drill (make template-check): the new engine's behaviour and
-// its migration's table reach this copy.
-import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
-
-import { startWorker } from "./support/worker.mjs";
-
-let worker;
-before(async () => {
-  worker = await startWorker();
-});
-after(() => worker?.dispose());
-
-test("the upgraded engine answers GET / as it now does, and its migration ran", async () => {
-  const response = await worker.mf.dispatchFetch("http://localhost/");
-  assert.equal(response.status, 200);
-  assert.match(await response.text(), /^idempotent webhook receiver, upgraded: POST/);
-  assert.equal(await worker.scalar("SELECT name FROM sqlite_master WHERE name = 'engine_upgrade_drill'"), "engine_upgrade_drill");
-});
-DRILL
-}
-
-# check <name> <providers> <demos> <dashboard> <recipes> [drill] [store]
+# check <name> <providers> <demos> <dashboard> <recipes> [store]
 check() {
-    NAME=$1 PROVIDERS=$2 DEMOS=$3 DASHBOARD=$4 RECIPES=$5 DRILL=${6:-} STORE=${7:-d1}
+    NAME=$1 PROVIDERS=$2 DEMOS=$3 DASHBOARD=$4 RECIPES=$5 STORE=${6:-d1}
     started=$(date +%s)
     generate "$WORK" "$NAME" "$PROVIDERS" "$DEMOS" "$DASHBOARD" "$STORE"
     cd "$WORK/$NAME"
@@ -138,7 +85,6 @@ check() {
     for recipe in $RECIPES; do
         node "$ROOT/scripts/template/apply-recipe.mjs" "$recipe"
     done
-    [ -z "$DRILL" ] || drill
 
     # The same npm packages and one build directory: nothing is downloaded
     # again, and the dependencies compile once.
@@ -158,10 +104,13 @@ check() {
     echo "template-check: $NAME ($PROVIDERS; demos $DEMOS; dashboard $DASHBOARD; store $STORE; recipes:$RECIPES) passed in $(($(date +%s) - started)) s; its wasm: $size bytes gzipped"
 }
 
-check hooks-stripe stripe true false " a b c" drill postgres
+check hooks-stripe stripe true false " a b c" postgres
 check hooks-github-hmac github,hmac false true " b"
 # The tests send the first declared source's events: here Twilio's, whose
 # signature covers the URL, with no demo and the dashboard.
 check hooks-twilio-first twilio,svix,slack,shopify,linear,paddle,standard-webhooks false true " b"
 check hooks-all "$(echo $ALL | tr ' ' ,)" true true " a b c"
+# The upgrade drill: copies of the previous release, D1 and Postgres,
+# upgraded to this checkout, then their suites (the same build directory).
+DRILL_TARGET="$WORK/target" sh "$ROOT/scripts/template/upgrade-drill.sh"
 echo "template-check: four generated copies, their recipes, the upgrade drill and their whole suites pass"

@@ -99,11 +99,19 @@ export function generateCopy(checkout, commit, answers, toolchain, dir) {
   generateIn(dir, answers, toolchain);
 }
 
-/** The carried files of the copy `generateCopy` makes. */
-export function generateAt(checkout, commit, answers, toolchain) {
+/**
+ * The carried files of the copy `generateCopy` makes. Its migrations, which
+ * are not carried, when asked: `keep.postgres` (a map) gets those of its
+ * migrations-postgres/, names and bytes; `keep.migrations` (a set) the names
+ * in its migrations/.
+ */
+export function generateAt(checkout, commit, answers, toolchain, keep = {}) {
   const dir = mkdtempSync(join(tmpdir(), "upgrade-copy-"));
   try {
     generateCopy(checkout, commit, answers, toolchain, dir);
+    const folder = (name) => (existsSync(join(dir, name)) ? readdirSync(join(dir, name)) : []);
+    for (const file of folder("migrations-postgres")) keep.postgres?.set(file, readFileSync(join(dir, "migrations-postgres", file)));
+    for (const file of folder("migrations")) keep.migrations?.add(file);
     return treeFiles(dir);
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -244,20 +252,29 @@ export function mergeFile(labels) {
 
 /**
  * The carry for the copy in the current directory from the template
- * checkout `checkout`: `{ answers, base, why, plan, head }`. `base` is the
+ * checkout `checkout`: `{ answers, was, base, why, plan, head, postgres,
+ * given }` (`was` the store before; on a switch, `postgres` the
+ * migrations-postgres/ files a copy on Postgres starts with, and `given`
+ * the names of the D1 migrations the template gave the copy). `base` is the
  * commit the copy came from (or `null`, `why` saying why none was found:
  * then only files the copy lacks are added); `head` is the checkout's
  * commit when its files are that commit's, for template.lock.
  */
-export function prepareCarry(checkout, { engine, lock, label, say }) {
+export function prepareCarry(checkout, { engine, lock, label, say, store }) {
   const answers = answersOf(".", lock);
+  // `store`: the copy as if generated with that store instead (make store).
+  const wanted = { ...answers, store: store ?? answers.store };
   const toolchain = existsSync("rust-toolchain.toml") ? readFileSync("rust-toolchain.toml", "utf8").match(/^channel = "([^"]+)"$/m)?.[1] : undefined;
   const ours = (path) => (existsSync(path) && statSync(path).isFile() ? readFileSync(path) : undefined);
-  const theirs = generateAt(checkout, null, answers, toolchain);
+  const postgres = new Map();
+  const theirs = generateAt(checkout, null, wanted, toolchain, { postgres });
   const base = findBase(checkout, { engine, ours, answers, toolchain, recorded: lock?.template?.commit, say });
   const from = base.commit ? `template ${base.commit.slice(0, 12)}` : "template";
   const plan = carryPlan(base.files ?? null, theirs, ours, mergeFile(["yours", from, label]));
   const clean = existsSync(join(checkout, ".git")) && git(checkout, ["status", "--porcelain"]).trim() === "";
   const head = clean ? git(checkout, ["rev-parse", "HEAD"]).trim() : null;
-  return { answers, base: base.commit ?? null, why: base.why, plan, head };
+  // On a switch: which of the copy's D1 migrations its template gave it (the rest are the owner's).
+  const given = new Set();
+  if (wanted.store !== answers.store) generateAt(checkout, base.commit ?? null, answers, toolchain, { migrations: given });
+  return { answers: wanted, was: answers.store, base: base.commit ?? null, why: base.why, plan, head, postgres, given };
 }

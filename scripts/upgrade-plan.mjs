@@ -78,10 +78,10 @@ export function planText({ name, before, after, from, changes, migrations, worke
 /** What the plan says of the template's files (scripts/upgrade-carry.mjs): where they come from, and each one's fate. */
 export function carryLines(carry) {
   if (!carry) return ["  template files (src/, tests/, scripts/, docs/, …): not carried (ENGINE is no checkout of the template, or this no generated copy)"];
-  const { answers, base, why, plan } = carry;
+  const { answers, was, base, why, plan } = carry;
   const { name, providers, demos, dashboard, store } = answers;
   const lines = [
-    `  generated as: ${name}, providers ${providers.join(",")}, demos ${demos}, dashboard ${dashboard}, store ${store}${answers.inferred ? " (read from the copy: it has no template.lock)" : ""}`,
+    `  generated as: ${name}, providers ${providers.join(",")}, demos ${demos}, dashboard ${dashboard}, store ${was && was !== store ? `${was} -> ${store}` : store}${answers.inferred ? " (read from the copy: it has no template.lock)" : ""}`,
     base ? `  template files: from commit ${base.slice(0, 12)} (this copy's) to the checkout's` : `  template files: ${why}; only files the copy lacks are added`,
   ];
   if (!plan.length) return [...lines, "    none changed"];

@@ -113,7 +113,7 @@ const same = (a, b) => a.size === b.size && [...a].every(([path, bytes]) => b.ge
 function carryFrom(root) {
   let carry;
   try {
-    carry = prepareCarry(root, { engine: current, lock: readLock(), label: `template with ${NAME} ${after}`, say: (line) => console.log(`make upgrade: ${line}`) });
+    carry = prepareCarry(root, { engine: current, lock: readLock(), label: `template with ${NAME} ${after}`, say: (line) => console.log(`make upgrade: ${line}`), store });
   } catch (e) {
     fail(`making the copy's template files from ${root} failed, nothing changed: ${e.message}`);
   }
@@ -123,8 +123,32 @@ function carryFrom(root) {
   return carry;
 }
 
-const engine = process.argv[2];
+/**
+ * After `make store`: a copy now on Postgres starts migrations-postgres/ as
+ * a generated one does, unless it kept one; the owner's own D1 migrations
+ * are theirs to write again. A copy back on D1 keeps migrations-postgres/.
+ */
+function switched({ was, answers, postgres, given }) {
+  console.log(`make upgrade: the store: ${was} -> ${answers.store}`);
+  if (answers.store === "d1") {
+    if (existsSync("migrations-postgres")) console.log("make upgrade: migrations-postgres/ stays, your Postgres database's history; remove it once you no longer need it");
+    return;
+  }
+  if (!existsSync("migrations-postgres")) {
+    mkdirSync("migrations-postgres");
+    for (const [file, bytes] of postgres) writeFileSync(join("migrations-postgres", file), bytes);
+    console.log(`make upgrade: migrations-postgres/: ${[...postgres.keys()].sort().join(", ")}`);
+  }
+  const own = readdirSync("migrations").filter((file) => /^\d{4}_.*\.sql$/.test(file) && !ENGINE_MIGRATION.test(file) && !given.has(file));
+  if (own.length) {
+    console.log(`make upgrade: your own migrations are D1's: write each again for Postgres in migrations-postgres/, numbered after its last file, and read their tables in Postgres in your tests (recipe (a) in docs/recipes.md shows both): ${own.join(", ")}`);
+  }
+}
+
+const [engine, option, store] = process.argv.slice(2);
 if (!engine) fail("say which engine: make upgrade ENGINE=<path or version>");
+// `--store d1|postgres` (make store): the copy's files as if generated with that store.
+if (option !== undefined && (option !== "--store" || !/^(d1|postgres)$/.test(store ?? ""))) fail("the one option is --store d1 or --store postgres (make store STORE=…)");
 if (!existsSync("migrations") || !isEngine(HERE)) fail(`run it in a copy's root (its ${HERE}/ and migrations/)`);
 if (lstatSync(HERE).isSymbolicLink() || existsSync(join(HERE, ".git"))) {
   fail(`${HERE} is a symlink or a git checkout of its own: upgrade it where it lives`);
@@ -147,7 +171,7 @@ const ours = realpathSync(fileURLToPath(import.meta.url));
 const checkout = existsSync(theirProgram) && existsSync(join(engine, HERE)) && realpathSync(join(engine, HERE)) === from;
 if (!process.env.UPGRADE_DELEGATED && checkout && compare(after, before) > 0 && realpathSync(theirProgram) !== ours) {
   console.log(`make upgrade: running ${realpathSync(theirProgram)}, the incoming checkout's program`);
-  const run = spawnSync(process.execPath, [realpathSync(theirProgram), engine], { stdio: "inherit", env: { ...process.env, UPGRADE_DELEGATED: "1" } });
+  const run = spawnSync(process.execPath, [realpathSync(theirProgram), ...process.argv.slice(2)], { stdio: "inherit", env: { ...process.env, UPGRADE_DELEGATED: "1" } });
   if (run.error) fail(`the incoming checkout's program did not start: ${run.error.message}`);
   process.exit(run.status ?? 1);
 }
@@ -217,6 +241,7 @@ for (const dir of ["migrations", "migrations-postgres"].filter((dir) => existsSy
 // A copy cargo generate made has these; a bare engine with migrations has nothing else to carry.
 const generated = ["Cargo.toml", "wrangler.toml", join("src", "lib.rs")].every((path) => existsSync(path));
 const carry = generated && checkout && existsSync(join(engine, HOOK, "choose.mjs")) ? carryFrom(realpathSync(engine)) : null;
+if (store && !carry) fail(`switching the store makes the copy's files again: ENGINE must be a checkout of the template (its ${HOOK}/), and this a copy cargo generate made`);
 const carried = carry?.plan ?? [];
 const onDisk = read("Cargo.toml");
 const appManifest = carried.find((c) => c.path === "Cargo.toml" && c.bytes)?.bytes.toString() ?? onDisk;
@@ -282,6 +307,7 @@ for (const { path, action, bytes, exec } of carried) {
   }
 }
 if (bumped !== onDisk) writeFileSync("Cargo.toml", bumped);
+if (carry && carry.was !== carry.answers.store) switched(carry);
 if (bumped !== appManifest) console.log(`make upgrade: worker ${ourWorker} -> ${theirWorker} in Cargo.toml, as the engine uses`);
 if (replace) {
   const old = join(dirname(HERE), ".engine-old");

@@ -4,12 +4,13 @@
 // migration and an owner's edit committed, upgraded from this checkout with
 // `node <checkout>/scripts/upgrade.mjs <checkout>`. Its files become this
 // template's, the owner's edits merged in; a clash is left marked; an
-// uncommitted edit stops it before anything changes. No build:
+// uncommitted edit stops it before anything changes. `make store` turns
+// Postgres on in a D1 copy, and off again. No build:
 // `make template-check`'s drill builds and tests an upgraded copy.
 // needs: template
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, test } from "node:test";
@@ -120,4 +121,34 @@ test("an uncommitted edit to a file the upgrade changes stops it before anything
   assert.match(run.stderr, /files the upgrade changes hold changes git has not committed; commit or drop them first:\n M src\/lib\.rs/);
   assert.equal(read(dir, "crates/engine/Cargo.toml"), engine, "the engine, as it was");
   assert.equal(git(dir, "status", "--porcelain"), " M src/lib.rs\n", "nothing else changed");
+});
+
+test("make store: a D1 copy turns Postgres on (its files, feature, binding and migrations), then off again", { skip }, () => {
+  const dir = copyAt(null);
+  const store = (to) => spawnSync(process.execPath, [join(ROOT, "scripts/upgrade.mjs"), ROOT, "--store", to], { cwd: dir, encoding: "utf8", env: { ...process.env, FORCE: "" } });
+  assert.match(store("mysql").stderr, /the one option is --store d1 or --store postgres/);
+
+  const on = store("postgres");
+  assert.equal(on.status, 0, on.stderr);
+  assert.match(on.stdout, /store d1 -> postgres/);
+  assert.match(on.stdout, /added: scripts\/postgres\.sh/);
+  assert.match(on.stdout, /your own migrations are D1's: .*: 0003_invoices\.sql\n/);
+  const postgres = join(work, `postgres-${made++}`);
+  mkdirSync(postgres);
+  generateCopy(ROOT, null, { ...ANSWERS, store: "postgres" }, TOOLCHAIN, postgres);
+  for (const path of ["Makefile", "Cargo.toml", "wrangler.toml", "scripts/postgres.sh", "scripts/deploy-postgres.mjs", "docs/postgres.md", "tests/support/postgres.mjs"]) {
+    assert.equal(read(dir, path), read(postgres, path), `${path}, as a Postgres copy has it`);
+  }
+  assert.deepEqual(readdirSync(join(dir, "migrations-postgres")), readdirSync(join(postgres, "migrations-postgres")), "migrations-postgres/, as a Postgres copy starts it");
+  assert.equal(readLock(dir).copy.store, "postgres");
+  commit(dir, "on Postgres");
+
+  const off = store("d1");
+  assert.equal(off.status, 0, off.stderr);
+  assert.match(off.stdout, /store postgres -> d1/);
+  assert.match(off.stdout, /migrations-postgres\/ stays/);
+  for (const path of ["Makefile", "Cargo.toml", "wrangler.toml"]) assert.equal(read(dir, path), today(path), `${path}, as a D1 copy has it`);
+  assert.ok(!existsSync(join(dir, "scripts/postgres.sh")));
+  assert.ok(existsSync(join(dir, "migrations-postgres")), "the Postgres database's history, kept");
+  assert.equal(readLock(dir).copy.store, "d1");
 });

@@ -116,11 +116,14 @@ export function danglingRefs(dir, made = () => false) {
     const text = readFileSync(join(dir, doc), "utf8");
     // .dev.vars.example is comments: its words are checked as a command's.
     let fenced = false;
+    // A section on switching stores names what the switch brings.
+    let switching = false;
     text.split("\n").forEach((line, i) => {
       const at = (what) => left.push(`${doc}:${i + 1}: ${what}`);
+      if (/^## /.test(line)) switching = /^## Switch stores/.test(line);
       /** A path as written in a command or a span: checked if it is one. */
       const token = (word) => {
-        if (record(doc)) return;
+        if (record(doc) || switching) return;
         const path = word.replace(/^["'(]+|["'),:;.]+$/g, "");
         if (!path || skipped(path)) return;
         if (path.includes("/")) {
@@ -223,8 +226,9 @@ export function scriptRefs(dir, { paths, targets } = inventory(dir), made = () =
  * comments of src/ (`wrangler d1 migrations create`, "the same D1 batch",
  * an effect's tables "under `migrations/`"); in a D1 copy, any word of
  * Postgres or Hyperdrive there, but on a line naming one of the engine's
- * files (`crates/engine/…`: vendored whole, Postgres store and all).
- * `"file:line: words"` for each.
+ * files (`crates/engine/…`: vendored whole, Postgres store and all), or
+ * in a section on switching stores (`## Switch stores…`), which is about
+ * the other one. `"file:line: words"` for each.
  */
 export function storeWordsLeft(dir, store) {
   const WORDS = {
@@ -238,8 +242,11 @@ export function storeWordsLeft(dir, store) {
   const left = [];
   for (const file of [...docs, ...code]) {
     const lines = readFileSync(join(dir, file), "utf8").split("\n");
+    let switching = false;
     // A paragraph's words may run over lines: each line is read with the next.
     lines.forEach((line, i) => {
+      if (/^## /.test(line)) switching = /^## Switch stores/.test(line);
+      if (switching) return;
       if (code.includes(file) && !/^\s*\/\//.test(line)) return;
       if (store === "d1" && line.includes("crates/engine/")) return;
       const next = code.includes(file) && !/^\s*\/\//.test(lines[i + 1] ?? "") ? "" : (lines[i + 1] ?? "");

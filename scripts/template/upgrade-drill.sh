@@ -1,0 +1,121 @@
+#!/bin/sh
+# `make upgrade-drill` (and the end of `make template-check`): an upgrade
+# from a real release, as an owner makes one. For each store, a Stripe
+# copy generated at the previous release, as `cargo generate` made it then:
+# - D1: at the previous release's tag (the newest engine-v* older than this
+#   engine);
+# - Postgres: at that tag if it could make one, else at the newest commit
+#   of that release's version (the tag may predate the Postgres store).
+# Each gets recipe (a) as that release wrote it (a new effect, its
+# migration and its test) and one edit of its owner's in a file the
+# template changes, committed to git. Then, as docs/upgrades.md says for
+# a copy that old: `node <this checkout>/scripts/upgrade.mjs <this
+# checkout>`. It must plan the versions and the CHANGELOG, finish without
+# a conflict, keep the owner's edit and migration, and record the new
+# version. Where the release changed the API, `cargo check` must name the
+# owner's own file, which is then rewritten as the CHANGELOG says (the
+# recipe as it reads now). Then the copy's whole suite, and for Postgres
+# its make dev under storms.
+set -eu
+cd "$(dirname "$0")/../.."
+export PATH="$HOME/.cargo/bin:$PATH"
+ROOT=$PWD
+. scripts/template/generate.sh
+
+VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' crates/engine/Cargo.toml | head -n 1)
+# The newest engine-v* tag older than this engine.
+PREV_TAG=$(git tag -l 'engine-v*' | node --input-type=module -e '
+import { compare } from "./scripts/upgrade-plan.mjs";
+const tags = (await new Response(process.stdin).text()).split("\n").filter((t) => /^engine-v\d+\.\d+\.\d+$/.test(t));
+const older = tags.filter((t) => compare(t.slice(8), process.argv[1]) < 0).sort((a, b) => compare(a.slice(8), b.slice(8)));
+console.log(older.at(-1) ?? "");' "$VERSION")
+[ -n "$PREV_TAG" ] || { echo "upgrade-drill: no engine-v* tag older than $VERSION here (a clone without tags?)" >&2; exit 1; }
+PREV=${PREV_TAG#engine-v}
+engine_version() { git show "$1:crates/engine/Cargo.toml" | sed -n 's/^version = "\(.*\)"$/\1/p' | head -n 1; }
+if git show "$PREV_TAG:cargo-generate.toml" | grep -q '^\[placeholders\.store\]'; then
+    PG_FROM=$PREV_TAG
+else
+    PG_FROM=""
+    for commit in $(git rev-list "$PREV_TAG..HEAD"); do
+        [ "$(engine_version "$commit")" = "$PREV" ] && { PG_FROM=$commit; break; }
+    done
+    [ -n "$PG_FROM" ] || PG_FROM=$PREV_TAG
+fi
+
+WORK=$(mktemp -d)
+chmod 755 "$WORK"
+# One build directory for both copies (and template-check's, when it runs this).
+SHARED=${DRILL_TARGET:-$ROOT/target/copies}
+mkdir -p "$SHARED"
+# The Postgres copy's clusters are its own, stopped and removed at the end
+# (as make test-copies does).
+unset PG_DIR PG_PORT PG_DB PG_CLUSTER
+cleanup() {
+    outside=$(getent passwd postgres | cut -d: -f6)/webhooks-clusters/
+    for copy in "$WORK"/drill-*/drill-*; do
+        [ -f "$copy/scripts/postgres.sh" ] || continue
+        for cluster in postgres postgres-test; do
+            dir=$(PG_CLUSTER=$cluster sh "$copy/scripts/postgres.sh" dir) || continue
+            PG_CLUSTER=$cluster sh "$copy/scripts/postgres.sh" stop || true
+            case "$dir" in "$outside"*/"$cluster") rm -rf "$dir" "$dir.lock" && rmdir "$(dirname "$dir")" 2>/dev/null || true ;; esac
+        done
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+fail() { echo "upgrade-drill: $NAME: $*" >&2; exit 1; }
+
+# drill <store> <commit>
+drill() {
+    STORE=$1 FROM=$2 NAME=drill-$1
+    started=$(date +%s)
+    AT="$WORK/$NAME"
+    mkdir -p "$AT/template"
+    git archive "$FROM" | tar -x -C "$AT/template"
+    generate "$AT" "$NAME" stripe true false "$STORE"
+    cd "$AT/$NAME"
+    # The owner's work, as the release's README told them.
+    node "$AT/template/scripts/template/apply-recipe.mjs" a
+    sed -i 's|^    ("stripe", "customer.subscription.updated"|    // Ours: a subscription follows its customer.\n&|' src/effects/mod.rs
+    grep -q "// Ours: a subscription follows its customer." src/effects/mod.rs || fail "the owner's edit did not apply"
+    set -- migrations*/*_invoices.sql
+    [ -f "$1" ] || fail "recipe (a) wrote no migration"
+    migrations="$*"
+    git init -q && git add -A && git -c user.name=owner -c user.email=owner@example.com commit -qm "the copy, recipe (a) and an edit of mine"
+
+    node "$ROOT/scripts/upgrade.mjs" "$ROOT" >"$AT/upgrade.log" 2>&1 || { cat "$AT/upgrade.log" >&2; fail "the upgrade failed"; }
+    grep -q "webhook-engine $PREV -> $VERSION" "$AT/upgrade.log" || fail "the plan does not name $PREV -> $VERSION"
+    grep -q "CHANGELOG, after $PREV:" "$AT/upgrade.log" || fail "the plan has no CHANGELOG entries"
+    grep -q "template files: from commit $(git -C "$ROOT" rev-parse --short=12 "$FROM")" "$AT/upgrade.log" ||
+        fail "the plan does not name the commit the copy came from"
+    grep -q "// Ours: a subscription follows its customer." src/effects/mod.rs || fail "the owner's edit is lost"
+    grep -q '"version": "'"$VERSION"'"' template.lock || fail "template.lock does not record $VERSION"
+    for file in $migrations; do
+        [ -f "$file" ] || fail "the owner's migration $file moved"
+    done
+
+    ln -s "$ROOT/node_modules" node_modules
+    ln -s "$SHARED" target
+    # The owner's own code, where the API changed: the compiler says where.
+    if ! cargo check --quiet --offline 2>"$AT/check.log"; then
+        grep -q "src/effects/invoices.rs" "$AT/check.log" || { cat "$AT/check.log" >&2; fail "cargo check failed elsewhere than the owner's code"; }
+        node --input-type=module -e '
+import { writeFileSync } from "node:fs";
+import { RECIPES } from "'"$ROOT"'/scripts/template/recipes.mjs";
+for (const step of RECIPES.find((r) => r.id === "a").steps) if (step.write?.endsWith(".rs")) writeFileSync(step.write, step.text);'
+        echo "upgrade-drill: $NAME: cargo check named src/effects/invoices.rs; rewritten as the CHANGELOG says"
+    fi
+    TARGETS=""
+    for target in $(sed -n 's/^test://p' Makefile); do
+        case "$target" in setup | setup-test) ;; *) TARGETS="$TARGETS $target" ;; esac
+    done
+    # shellcheck disable=SC2086
+    make $TARGETS
+    [ "$STORE" != postgres ] || node "$ROOT/scripts/template/dev-check.mjs" || fail "make dev on Postgres"
+    echo "upgrade-drill: $NAME: generated at $FROM ($PREV), upgraded to $VERSION, its suite passed in $(($(date +%s) - started)) s"
+    cd "$ROOT"
+}
+
+drill d1 "$PREV_TAG"
+drill postgres "$PG_FROM"
+echo "upgrade-drill: copies of $PREV, D1 and Postgres, upgrade to $VERSION and pass their suites"
