@@ -38,6 +38,18 @@ export function hashes(files) {
   return Object.fromEntries([...files].sort(([a], [b]) => (a < b ? -1 : 1)).map(([path, bytes]) => [path, sha256(bytes)]));
 }
 
+/** git's id of a blob of these bytes. */
+export const blobId = (bytes) => createHash("sha1").update(`blob ${bytes.length}\0`).update(bytes).digest("hex");
+
+/**
+ * One digest for an engine as git holds it: its paths and their git blob
+ * ids (a `path -> id` map), so that a commit's crates/engine can be told
+ * from `git ls-tree` alone. template.lock keeps the one the copy's template
+ * files came with.
+ */
+export const gitDigest = (ids) => sha256([...ids].sort(([a], [b]) => (a < b ? -1 : 1)).map(([path, id]) => `${path} ${id}\n`).join(""));
+export const engineGitDigest = (files) => gitDigest(new Map([...files].map(([path, bytes]) => [path, blobId(bytes)])));
+
 /** One digest for a whole engine: its paths and their hashes. */
 export function treeDigest(hashed) {
   return sha256(Object.entries(hashed).map(([path, hash]) => `${path} ${hash}\n`).join(""));

@@ -9,13 +9,14 @@
 // `cargo generate` made the copy (the template's post hook), with the
 // answers template.lock records.
 import { execFileSync, spawnSync } from "node:child_process";
-import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, relative } from "node:path";
 
+import { blobId, gitDigest } from "./engine-files.mjs";
+
 /** What a copy holds that the carry leaves alone: the engine and the migrations (the upgrade's own steps), the records, and what builds and runs make. */
-export const NOT_CARRIED = /^(crates\/engine\/|migrations(-postgres)?\/|template\.lock$|Cargo\.lock$|node_modules\/|target\/|build\/|\.wrangler\/|\.git\/|\.dev\.vars|\.admin-token$|tests\/artifacts\/)/;
+export const NOT_CARRIED = /^(crates\/engine\/|migrations(-postgres)?\/|template\.lock$|Cargo\.lock$|node_modules\/|target\/|build\/|\.wrangler\/|\.git\/|\.dev\.vars(?!\.example$)|\.admin-token$|tests\/artifacts\/)/;
 /** The demo effects' files: a copy generated with them holds at least one, or their migration. */
 const DEMO = /^src\/effects\/(orders|subscriptions|stars)\.rs$|^migrations\/\d{4}_[a-z_]*demo/;
 
@@ -90,7 +91,8 @@ export function generateCopy(checkout, commit, answers, toolchain, dir) {
   if (commit) {
     execFileSync("sh", ["-c", 'git -C "$1" archive "$2" | tar -x -C "$3"', "archive", checkout, commit, dir]);
   } else {
-    const paths = git(checkout, ["ls-files", "-z", "--cached", "--others", "--exclude-standard"]).split("\0").filter((p) => p && existsSync(join(checkout, p)));
+    // Its tracked files as they stand: never a stray untracked one.
+    const paths = git(checkout, ["ls-files", "-z", "--cached"]).split("\0").filter((p) => p && existsSync(join(checkout, p)));
     for (const path of paths) {
       mkdirSync(dirname(join(dir, path)), { recursive: true });
       writeFileSync(join(dir, path), readFileSync(join(checkout, path)), { mode: statSync(join(checkout, path)).mode });
@@ -118,34 +120,36 @@ export function generateAt(checkout, commit, answers, toolchain, keep = {}) {
   }
 }
 
-/** git's id of a blob of these bytes. */
-const blobId = (bytes) => createHash("sha1").update(`blob ${bytes.length}\0`).update(bytes).digest("hex");
-
 /**
- * The commits of `checkout` whose crates/engine is the engine `engine`
- * holds (a map of path to bytes), or, when none is, the nearest; newest
- * first. Only commits whose template could generate a copy count.
+ * The commits of `checkout` whose crates/engine is the one the copy's
+ * template files came with, newest first: `digest` (template.lock's,
+ * engineGitDigest) if one matches, else the engine `engine` holds (a map
+ * of path to bytes), or failing that the nearest to it. Only commits whose
+ * template could generate a copy count. `exact` says whether they match.
  */
-export function engineCommits(checkout, engine) {
+export function engineCommits(checkout, { engine, digest }) {
   const commits = git(checkout, ["rev-list", "HEAD"]).split("\n").filter(Boolean);
   const ask = (suffix) => git(checkout, ["cat-file", "--batch-check"], commits.map((c) => `${c}:${suffix}`).join("\n") + "\n").split("\n");
   const trees = ask("crates/engine");
   const hooks = ask(`${HOOK}/choose.mjs`);
   const ours = new Map([...engine].map(([path, bytes]) => [path, blobId(bytes)]));
-  const score = new Map();
+  const known = new Map();
   const candidates = [];
   commits.forEach((commit, i) => {
     const [tree, type] = trees[i].split(" ");
     if (type !== "tree" || !hooks[i].includes(" blob ")) return;
-    if (!score.has(tree)) {
-      const theirs = git(checkout, ["ls-tree", "-r", tree]).split("\n").filter(Boolean).map((line) => line.split("\t"));
-      const differ = theirs.filter(([meta, path]) => ours.get(path) !== meta.split(" ")[2]).length + [...ours.keys()].filter((p) => !theirs.some(([, path]) => path === p)).length;
-      score.set(tree, differ);
+    if (!known.has(tree)) {
+      // `<mode> blob <id>\t<path>`, NUL-separated: paths as they are.
+      const ids = new Map(git(checkout, ["ls-tree", "-r", "-z", tree]).split("\0").filter(Boolean).map((entry) => entry.split("\t")).map(([meta, path]) => [path, meta.split(" ")[2]]));
+      const differ = [...new Set([...ids.keys(), ...ours.keys()])].filter((path) => ids.get(path) !== ours.get(path)).length;
+      known.set(tree, { digest: gitDigest(ids), differ });
     }
-    candidates.push({ commit, differ: score.get(tree) });
+    candidates.push({ commit, ...known.get(tree) });
   });
+  const recorded = candidates.filter((c) => digest && c.digest === digest);
+  if (recorded.length) return { commits: recorded.map((c) => c.commit), exact: true };
   const best = Math.min(...candidates.map((c) => c.differ));
-  return candidates.filter((c) => c.differ === best).map((c) => c.commit);
+  return { commits: candidates.filter((c) => c.differ === best).map((c) => c.commit), exact: best === 0 };
 }
 
 /** How many of `generated`'s files the copy (`ours`) holds byte for byte. */
@@ -153,18 +157,22 @@ const likeness = (generated, ours) => [...generated].filter(([path, { bytes }]) 
 
 /**
  * The template commit the copy was generated from: `recorded` (template.lock
- * says, from the last upgrade) if `checkout` has it; else, of the commits
- * with the copy's engine, the one whose generated copy matches the most of
- * the copy's files (the newest of equals). `{ commit, files }`, or
- * `{ why }` when none can be told.
+ * says, from the last upgrade) if `checkout` has it and HEAD descends from
+ * it; else, of the commits with the engine its files came with
+ * (engineCommits), the one whose generated copy matches the most of the
+ * copy's files. Of equals, the oldest: a change both the copy and the
+ * checkout hold then merges as one, where a base too new would undo it.
+ * `{ commit, files, score }`, or `{ why }` when none can be told.
  */
-export function findBase(checkout, { engine, ours, answers, toolchain, recorded, say }) {
-  if (!existsSync(join(checkout, ".git"))) return { why: `${checkout} is not a git checkout, so the template your copy came from cannot be found` };
-  if (git(checkout, ["rev-parse", "--is-shallow-repository"]).trim() === "true") return { why: `${checkout} is a shallow clone: fetch its history (git fetch --unshallow)` };
+export function findBase(checkout, { engine, digest, ours, answers, toolchain, recorded, say }) {
   if (recorded && spawnSync("git", ["-C", checkout, "cat-file", "-e", `${recorded}^{commit}`]).status === 0) {
-    return { commit: recorded, files: generateAt(checkout, recorded, answers, toolchain) };
+    if (spawnSync("git", ["-C", checkout, "merge-base", "--is-ancestor", recorded, "HEAD"]).status !== 0) {
+      return { why: `the checkout's HEAD does not descend from ${recorded.slice(0, 12)}, the template commit this copy has (template.lock): it is older, or another branch`, older: true };
+    }
+    const files = generateAt(checkout, recorded, answers, toolchain);
+    return { commit: recorded, files, score: files.size };
   }
-  const commits = engineCommits(checkout, engine);
+  const { commits, exact } = engineCommits(checkout, { engine, digest });
   if (!commits.length) return { why: `no commit of ${checkout} has a template that generates copies` };
   // Commits that differ only in what no copy holds make the same copy: one each.
   const seen = new Set();
@@ -173,7 +181,7 @@ export function findBase(checkout, { engine, ours, answers, toolchain, recorded,
     return !seen.has(key) && seen.add(key);
   });
   const tried = distinct.slice(0, 40);
-  say(`finding the template commit this copy came from: ${tried.length} candidates with its engine`);
+  say(`finding the template commit this copy came from: ${tried.length} candidates with ${exact ? "its template's engine" : "the engine nearest its own"}`);
   let best = null;
   for (const commit of tried) {
     let files;
@@ -183,7 +191,9 @@ export function findBase(checkout, { engine, ours, answers, toolchain, recorded,
       continue;
     }
     const score = likeness(files, ours);
-    if (!best || score > best.score) best = { commit, files, score };
+    // Newest first: an equal score replaces, so the oldest of equals stays.
+    if (!best || score >= best.score) best = { commit, files, score };
+    // Every file as that commit made it: the base (an older equal makes the same files).
     if (score === files.size) break;
   }
   return best ?? { why: "no candidate commit generated a copy" };
@@ -197,19 +207,15 @@ export function findBase(checkout, { engine, ours, answers, toolchain, recorded,
  * `merge(ours, base, theirs)` gives `{ bytes, conflicts }`.
  */
 export function carryPlan(base, theirs, ours, merge) {
+  const mode = (path) => (statSync(path).mode & 0o100) !== 0;
   const out = [];
-  const paths = [...new Set([...(base?.keys() ?? []), ...theirs.keys()])].sort();
+  const paths = [...new Set([...base.keys(), ...theirs.keys()])].sort();
   for (const path of paths) {
-    const b = base?.get(path)?.bytes;
+    const b = base.get(path)?.bytes;
     const t = theirs.get(path);
     const o = ours(path);
     const eq = (x, y) => (x && y ? x.equals(y) : x === y);
-    if (eq(o, t?.bytes) || (base && eq(b, t?.bytes))) continue;
-    if (!base) {
-      if (!o && t) out.push({ path, action: "add", ...t });
-      else out.push({ path, action: "kept", why: "no base to merge from" });
-      continue;
-    }
+    if (eq(o, t?.bytes) || eq(b, t?.bytes)) continue;
     if (eq(o, b)) {
       out.push(t ? { path, action: b ? "replace" : "add", ...t } : { path, action: "remove" });
       continue;
@@ -227,7 +233,7 @@ export function carryPlan(base, theirs, ours, merge) {
       continue;
     }
     const merged = merge(o, b ?? Buffer.alloc(0), t.bytes);
-    out.push({ path, action: merged.conflicts ? "conflict" : "merge", bytes: merged.bytes, exec: t.exec });
+    out.push({ path, action: merged.conflicts ? "conflict" : "merge", bytes: merged.bytes, exec: mode(path) });
   }
   return out;
 }
@@ -252,29 +258,36 @@ export function mergeFile(labels) {
 
 /**
  * The carry for the copy in the current directory from the template
- * checkout `checkout`: `{ answers, was, base, why, plan, head, postgres,
- * given }` (`was` the store before; on a switch, `postgres` the
+ * checkout `checkout`: `{ answers, was, base, plan, head, dirty, postgres,
+ * given }`, or `{ why }` when it cannot be made (`older`: HEAD does not
+ * descend from the commit template.lock records; FORCE=1 searches anew).
+ * `was` is the store before; on a switch, `postgres` the
  * migrations-postgres/ files a copy on Postgres starts with, and `given`
- * the names of the D1 migrations the template gave the copy). `base` is the
- * commit the copy came from (or `null`, `why` saying why none was found:
- * then only files the copy lacks are added); `head` is the checkout's
- * commit when its files are that commit's, for template.lock.
+ * the names of the D1 migrations the template gave the copy. `base` is the
+ * commit the copy came from; `head` the checkout's, when its files are
+ * that commit's (`dirty` when they are not), for template.lock.
  */
-export function prepareCarry(checkout, { engine, lock, label, say, store }) {
+export function prepareCarry(checkout, { engine, lock, label, say, store, force }) {
+  const inside = spawnSync("git", ["-C", checkout, "rev-parse", "--show-toplevel"], { encoding: "utf8" });
+  if (inside.status !== 0 || inside.stdout.trim() !== checkout) return { why: `${checkout} is not a git checkout of the template, so the commit your copy came from cannot be found` };
+  if (git(checkout, ["rev-parse", "--is-shallow-repository"]).trim() === "true") return { why: `${checkout} is a shallow clone: fetch its history first (git -C ${checkout} fetch --unshallow)` };
   const answers = answersOf(".", lock);
   // `store`: the copy as if generated with that store instead (make store).
   const wanted = { ...answers, store: store ?? answers.store };
   const toolchain = existsSync("rust-toolchain.toml") ? readFileSync("rust-toolchain.toml", "utf8").match(/^channel = "([^"]+)"$/m)?.[1] : undefined;
   const ours = (path) => (existsSync(path) && statSync(path).isFile() ? readFileSync(path) : undefined);
+  const recorded = lock?.template?.commit;
+  let base = findBase(checkout, { engine, digest: lock?.template?.engine, ours, answers, toolchain, recorded, say });
+  if (base.older && force) base = findBase(checkout, { engine, digest: lock?.template?.engine, ours, answers, toolchain, recorded: null, say });
+  if (base.why) return base;
   const postgres = new Map();
   const theirs = generateAt(checkout, null, wanted, toolchain, { postgres });
-  const base = findBase(checkout, { engine, ours, answers, toolchain, recorded: lock?.template?.commit, say });
-  const from = base.commit ? `template ${base.commit.slice(0, 12)}` : "template";
-  const plan = carryPlan(base.files ?? null, theirs, ours, mergeFile(["yours", from, label]));
-  const clean = existsSync(join(checkout, ".git")) && git(checkout, ["status", "--porcelain"]).trim() === "";
-  const head = clean ? git(checkout, ["rev-parse", "HEAD"]).trim() : null;
+  const from = `template ${base.commit.slice(0, 12)}`;
+  const plan = carryPlan(base.files, theirs, ours, mergeFile(["yours", from, label]));
+  const dirty = git(checkout, ["status", "--porcelain", "--untracked-files=no"]).trim() !== "";
+  const head = dirty ? null : git(checkout, ["rev-parse", "HEAD"]).trim();
   // On a switch: which of the copy's D1 migrations its template gave it (the rest are the owner's).
   const given = new Set();
-  if (wanted.store !== answers.store) generateAt(checkout, base.commit ?? null, answers, toolchain, { migrations: given });
-  return { answers: wanted, was: answers.store, base: base.commit ?? null, why: base.why, plan, head, postgres, given };
+  if (wanted.store !== answers.store) generateAt(checkout, base.commit, answers, toolchain, { migrations: given });
+  return { answers: wanted, was: answers.store, base: base.commit, score: base.score, size: base.files.size, plan, head, dirty, postgres, given };
 }

@@ -78,11 +78,12 @@ export function planText({ name, before, after, from, changes, migrations, worke
 /** What the plan says of the template's files (scripts/upgrade-carry.mjs): where they come from, and each one's fate. */
 export function carryLines(carry) {
   if (!carry) return ["  template files (src/, tests/, scripts/, docs/, …): not carried (ENGINE is no checkout of the template, or this no generated copy)"];
-  const { answers, was, base, why, plan } = carry;
+  if (carry.why) return [`  template files (src/, tests/, scripts/, docs/, …): not carried: ${carry.why}`];
+  const { answers, was, base, score, size, dirty, plan } = carry;
   const { name, providers, demos, dashboard, store } = answers;
   const lines = [
     `  generated as: ${name}, providers ${providers.join(",")}, demos ${demos}, dashboard ${dashboard}, store ${was && was !== store ? `${was} -> ${store}` : store}${answers.inferred ? " (read from the copy: it has no template.lock)" : ""}`,
-    base ? `  template files: from commit ${base.slice(0, 12)} (this copy's) to the checkout's` : `  template files: ${why}; only files the copy lacks are added`,
+    `  template files: from commit ${base.slice(0, 12)} (this copy's; ${score} of its ${size} files as it made them) to the checkout's${dirty ? " (with its uncommitted changes)" : ""}`,
   ];
   if (!plan.length) return [...lines, "    none changed"];
   const SAY = {

@@ -38,7 +38,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { engineFiles, readLock, RELEASES, standing, writeLock } from "./engine-files.mjs";
+import { engineFiles, engineGitDigest, readLock, RELEASES, standing, writeLock } from "./engine-files.mjs";
 import { HOOK, prepareCarry } from "./upgrade-carry.mjs";
 import { compare, entriesBetween, fileChanges, numberClashes, planText, semver } from "./upgrade-plan.mjs";
 
@@ -109,19 +109,50 @@ function files(dir) {
 }
 const same = (a, b) => a.size === b.size && [...a].every(([path, bytes]) => b.get(path)?.equals(bytes));
 
-/** The carry's plan from a template checkout (scripts/upgrade-carry.mjs), its files checked committed. */
+/** The carry's plan from a template checkout (scripts/upgrade-carry.mjs), each file it changes checked first. */
 function carryFrom(root) {
   let carry;
   try {
-    carry = prepareCarry(root, { engine: current, lock: readLock(), label: `template with ${NAME} ${after}`, say: (line) => console.log(`make upgrade: ${line}`), store });
+    const say = (line) => console.log(`make upgrade: ${line}`);
+    carry = prepareCarry(root, { engine: current, lock: readLock(), label: `template with ${NAME} ${after}`, say, store, force });
   } catch (e) {
     fail(`making the copy's template files from ${root} failed, nothing changed: ${e.message}`);
   }
+  if (carry.older && !force) fail(`${carry.why}. Carrying from it would take the template back; FORCE=1 to carry anyway (the base then found anew)`);
+  if (carry.why) {
+    if (store) fail(`switching the store makes the copy's files again, and ${carry.why}`);
+    return carry;
+  }
   const touched = carry.plan.filter((c) => c.action !== "kept").map((c) => c.path);
-  const status = touched.length && gitStatus() !== null ? execFileSync("git", ["status", "--porcelain", "--", ...touched], { encoding: "utf8" }).trimEnd() : "";
-  if (status) fail(`files the upgrade changes hold changes git has not committed; commit or drop them first:\n${status}`);
+  // Each path must be a file (or nothing) under real folders: never through a symlink, never onto a folder.
+  const odd = touched.filter((path) => {
+    const parts = path.split("/");
+    return parts.some((_, i) => {
+      const at = parts.slice(0, i + 1).join("/");
+      if (!existsSync(at) && !lstatExists(at)) return false;
+      const stat = lstatSync(at);
+      return stat.isSymbolicLink() || (i < parts.length - 1 ? !stat.isDirectory() : !stat.isFile());
+    });
+  });
+  if (odd.length) fail(`the upgrade would write through a symlink, or where a folder is (or a file where it needs a folder): ${odd.join(", ")}. Make each a plain file, or move it, first`);
+  if (touched.length && gitStatus() === null) {
+    if (!force) fail("not a git work tree: nothing can tell your changes from the template's, or undo a merge. Commit the copy to git, or FORCE=1 to carry anyway");
+    forced("not a git work tree: the template's files are merged into yours with nothing to undo them");
+  }
+  const status = touched.length && gitStatus() !== null
+    ? execFileSync("git", ["--literal-pathspecs", "status", "--porcelain", "--ignored", "--untracked-files=all", "--", ...touched], { encoding: "utf8" }).trimEnd()
+    : "";
+  if (status) fail(`files the upgrade changes hold changes git has not committed (or git ignores them); commit, drop or move them first:\n${status}`);
   return carry;
 }
+const lstatExists = (path) => {
+  try {
+    lstatSync(path);
+    return true;
+  } catch {
+    return false;
+  }
+};
 
 /**
  * After `make store`: a copy now on Postgres starts migrations-postgres/ as
@@ -296,18 +327,32 @@ if (replace) {
 // 2. The engine's migrations this copy lacks, after its last one; the
 // app's worker version.
 for (const [path, text] of added) writeFileSync(path, text);
+// The record of the engine this copy now has: what the next upgrade
+// checks. Until the template's files are all written, it names the commit
+// they came from, so that a run cut short is finished by the next one.
+const generatedAs = carry?.plan && (({ name, providers, demos, dashboard, store }) => ({ name, providers, demos, dashboard, store }))(carry.answers);
+if (carry?.plan) writeLock(".", after, undefined, { ...readLock()?.template, commit: carry.base });
+else writeLock(".", after);
 // 3. The template's files, Cargo.toml with the worker version.
-for (const { path, action, bytes, exec } of carried) {
-  if (action === "kept" || path === "Cargo.toml") continue;
-  if (action === "remove") rmSync(path, { force: true });
-  else {
-    mkdirSync(dirname(path) || ".", { recursive: true });
-    writeFileSync(path, bytes);
-    chmodSync(path, exec ? 0o755 : 0o644);
+try {
+  for (const { path, action, bytes, exec } of carried) {
+    if (action === "kept" || path === "Cargo.toml") continue;
+    if (action === "remove") rmSync(path, { force: true });
+    else {
+      mkdirSync(dirname(path) || ".", { recursive: true });
+      writeFileSync(path, bytes);
+      chmodSync(path, exec ? 0o755 : 0o644);
+    }
   }
+  if (bumped !== onDisk) writeFileSync("Cargo.toml", bumped);
+} catch (e) {
+  fail(`writing the template's files stopped (${e.message}). The engine is in; run the same command again to finish, or undo it all with git checkout . && git clean -fd`);
 }
-if (bumped !== onDisk) writeFileSync("Cargo.toml", bumped);
-if (carry && carry.was !== carry.answers.store) switched(carry);
+if (carry?.plan && carry.was !== carry.answers.store) switched(carry);
+// With the template's files carried: what the copy was generated as, and
+// the template they now are (the next upgrade's base): its engine, and
+// its commit when the checkout's files were that commit's.
+if (carry?.plan) writeLock(".", after, generatedAs, { engine: engineGitDigest(incoming), ...(carry.head ? { commit: carry.head } : {}) });
 if (bumped !== appManifest) console.log(`make upgrade: worker ${ourWorker} -> ${theirWorker} in Cargo.toml, as the engine uses`);
 if (replace) {
   const old = join(dirname(HERE), ".engine-old");
@@ -318,11 +363,6 @@ if (replace) {
   }
 }
 
-// The record of the engine this copy now has: what the next upgrade checks.
-// With the template's files carried: what the copy was generated as, and
-// the template commit they now are (the next upgrade's base).
-const generatedAs = carry && (({ name, providers, demos, dashboard, store }) => ({ name, providers, demos, dashboard, store }))(carry.answers);
-writeLock(".", after, generatedAs || undefined, carry ? (carry.head ? { commit: carry.head } : null) : undefined);
 
 // Cargo.lock follows the new engine (its version, its dependencies), as a
 // build would leave it, so that a --locked build still runs.

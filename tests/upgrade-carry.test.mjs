@@ -152,3 +152,35 @@ test("make store: a D1 copy turns Postgres on (its files, feature, binding and m
   assert.ok(existsSync(join(dir, "migrations-postgres")), "the Postgres database's history, kept");
   assert.equal(readLock(dir).copy.store, "d1");
 });
+
+test("from a checkout that is no git clone, the engine comes alone and the plan says why; make store refuses", { skip }, () => {
+  const dir = copyAt(OLD);
+  const bare = join(work, `bare-${made++}`);
+  mkdirSync(bare);
+  execFileSync("sh", ["-c", 'git -C "$1" archive HEAD | tar -x -C "$2"', "archive", ROOT, bare]);
+  const run = spawnSync(process.execPath, [join(ROOT, "scripts/upgrade.mjs"), bare], { cwd: dir, encoding: "utf8", env: { ...process.env, FORCE: "" } });
+  assert.equal(run.status, 0, run.stderr);
+  assert.match(run.stdout, /template files \(src\/, tests\/, scripts\/, docs\/, …\): not carried: .* is not a git checkout of the template/);
+  assert.equal(readLock(dir).engine.version, VERSION, "the engine, upgraded");
+  assert.equal(git(dir, "status", "--porcelain", "--", "src", "docs", "Makefile"), "", "no template file touched");
+  commit(dir, "the engine alone");
+  const store = spawnSync(process.execPath, [join(ROOT, "scripts/upgrade.mjs"), bare, "--store", "postgres"], { cwd: dir, encoding: "utf8", env: { ...process.env, FORCE: "" } });
+  assert.equal(store.status, 1);
+  assert.match(store.stderr, /switching the store makes the copy's files again, and .* is not a git checkout/);
+});
+
+test("a symlink where the upgrade writes stops it before anything changes", { skip }, () => {
+  const dir = copyAt(OLD);
+  const elsewhere = join(work, `elsewhere-${made++}.md`);
+  const original = read(dir, "docs/extend.md");
+  writeFileSync(elsewhere, original);
+  rmSync(join(dir, "docs/extend.md"));
+  execFileSync("ln", ["-s", elsewhere, join(dir, "docs/extend.md")]);
+  commit(dir, "a shared doc");
+  const engine = read(dir, "crates/engine/Cargo.toml");
+  const run = upgrade(dir);
+  assert.equal(run.status, 1);
+  assert.match(run.stderr, /would write through a symlink, or where a folder is .*: docs\/extend\.md/);
+  assert.equal(read(dir, "crates/engine/Cargo.toml"), engine);
+  assert.equal(readFileSync(elsewhere, "utf8"), original, "the file it points at, untouched");
+});

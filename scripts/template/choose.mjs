@@ -24,7 +24,7 @@ import { dirname, join } from "node:path";
 import { cutItems, fileNeedsMissing, pruneCfg, pruneDocNeeds, pruneNeeds } from "./prune.mjs";
 import { makePostgresCopy } from "./postgres.mjs";
 import { copyReadme } from "./readme.mjs";
-import { writeLock } from "../engine-files.mjs";
+import { ENGINE, engineFiles, engineGitDigest, writeLock } from "../engine-files.mjs";
 import { secretVar } from "../secret-var.mjs";
 import { SOURCES } from "./sources.mjs";
 
@@ -222,5 +222,6 @@ copyReadme({ name, providers: chosen, demos, dashboard, store });
 // What the copy was generated as, and the engine it is given, for make
 // upgrade to check it against.
 const version = read("crates/engine/Cargo.toml").match(/^version = "(.*)"$/m)[1];
-writeLock(".", version, { name, providers: chosen, demos, dashboard, store });
+// The template's files came with this engine: the first upgrade finds their commit by it.
+writeLock(".", version, { name, providers: chosen, demos, dashboard, store }, { engine: engineGitDigest(engineFiles(ENGINE)) });
 console.log(`chose: ${chosen.join(", ")}; demos ${demos}; dashboard ${dashboard}; store ${store}`);

@@ -4,8 +4,9 @@
 # copy generated at the previous release, as `cargo generate` made it then:
 # - D1: at the previous release's tag (the newest engine-v* older than this
 #   engine);
-# - Postgres: at that tag if it could make one, else at the newest commit
-#   of that release's version (the tag may predate the Postgres store).
+# - Postgres: at that tag if it could make one, else at the first commit
+#   of that release's version that could (the tag may predate the
+#   Postgres store).
 # Each gets recipe (a) as that release wrote it (a new effect, its
 # migration and its test) and one edit of its owner's in a file the
 # template changes, committed to git. Then, as docs/upgrades.md says for
@@ -15,7 +16,9 @@
 # version. Where the release changed the API, `cargo check` must name the
 # owner's own file, which is then rewritten as the CHANGELOG says (the
 # recipe as it reads now). Then the copy's whole suite, and for Postgres
-# its make dev under storms.
+# its make dev under storms. Last, the upgraded D1 copy turns Postgres on
+# (`make store STORE=postgres`), its owner writes its table and test for
+# Postgres as the switch says, and its whole suite runs again.
 set -eu
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -32,14 +35,14 @@ console.log(older.at(-1) ?? "");' "$VERSION")
 [ -n "$PREV_TAG" ] || { echo "upgrade-drill: no engine-v* tag older than $VERSION here (a clone without tags?)" >&2; exit 1; }
 PREV=${PREV_TAG#engine-v}
 engine_version() { git show "$1:crates/engine/Cargo.toml" | sed -n 's/^version = "\(.*\)"$/\1/p' | head -n 1; }
-if git show "$PREV_TAG:cargo-generate.toml" | grep -q '^\[placeholders\.store\]'; then
-    PG_FROM=$PREV_TAG
-else
-    PG_FROM=""
-    for commit in $(git rev-list "$PREV_TAG..HEAD"); do
-        [ "$(engine_version "$commit")" = "$PREV" ] && { PG_FROM=$commit; break; }
+can_postgres() { git show "$1:cargo-generate.toml" | grep -q '^\[placeholders\.store\]'; }
+PG_FROM=$PREV_TAG
+if ! can_postgres "$PREV_TAG"; then
+    for commit in $(git rev-list --reverse "$PREV_TAG..HEAD"); do
+        [ "$(engine_version "$commit")" = "$PREV" ] || break
+        can_postgres "$commit" && { PG_FROM=$commit; break; }
     done
-    [ -n "$PG_FROM" ] || PG_FROM=$PREV_TAG
+    can_postgres "$PG_FROM" || { echo "upgrade-drill: no commit of $PREV can generate a Postgres copy" >&2; exit 1; }
 fi
 
 WORK=$(mktemp -d)
@@ -105,17 +108,48 @@ import { RECIPES } from "'"$ROOT"'/scripts/template/recipes.mjs";
 for (const step of RECIPES.find((r) => r.id === "a").steps) if (step.write?.endsWith(".rs")) writeFileSync(step.write, step.text);'
         echo "upgrade-drill: $NAME: cargo check named src/effects/invoices.rs; rewritten as the CHANGELOG says"
     fi
+    suite "$STORE"
+    echo "upgrade-drill: $NAME: generated at $FROM ($PREV), upgraded to $VERSION, its suite passed in $(($(date +%s) - started)) s"
+}
+
+# suite <store>: the copy's whole suite, as its make test runs it but the
+# installs; on Postgres, then its make dev under storms.
+suite() {
     TARGETS=""
     for target in $(sed -n 's/^test://p' Makefile); do
         case "$target" in setup | setup-test) ;; *) TARGETS="$TARGETS $target" ;; esac
     done
     # shellcheck disable=SC2086
     make $TARGETS
-    [ "$STORE" != postgres ] || node "$ROOT/scripts/template/dev-check.mjs" || fail "make dev on Postgres"
-    echo "upgrade-drill: $NAME: generated at $FROM ($PREV), upgraded to $VERSION, its suite passed in $(($(date +%s) - started)) s"
-    cd "$ROOT"
+    [ "$1" != postgres ] || node "$ROOT/scripts/template/dev-check.mjs" || fail "make dev on Postgres"
+}
+
+# switch: the D1 copy in the current directory, upgraded, turns Postgres
+# on; its owner writes the invoices table and test for Postgres (recipe
+# (a)'s Postgres steps); then its suite on Postgres.
+switch() {
+    started=$(date +%s)
+    git add -A && git -c user.name=owner -c user.email=owner@example.com commit -qm "upgraded to $VERSION"
+    make store STORE=postgres ENGINE="$ROOT" >"$AT/store.log" 2>&1 || { cat "$AT/store.log" >&2; fail "make store STORE=postgres failed"; }
+    grep -q "store d1 -> postgres" "$AT/store.log" || fail "the plan does not name the switch"
+    grep -q "your own migrations are D1's: .*_invoices\.sql" "$AT/store.log" || fail "the switch does not name the owner's migration"
+    grep -qx 'STORE = "postgres"' wrangler.toml || fail "wrangler.toml is not on Postgres"
+    [ -f scripts/postgres.sh ] && [ -f docs/postgres.md ] || fail "the Postgres files did not come"
+    node --input-type=module -e '
+import { readdirSync, writeFileSync } from "node:fs";
+import { RECIPES } from "'"$ROOT"'/scripts/template/recipes.mjs";
+for (const step of RECIPES.find((r) => r.id === "a").steps.filter((s) => s.store === "postgres")) {
+  const next = (dir) => String(Number(readdirSync(dir).sort().at(-1).slice(0, 4)) + 1).padStart(4, "0");
+  if (step.migration) writeFileSync(`${step.dir}/${next(step.dir)}_${step.migration}.sql`, step.text);
+  if (step.write) writeFileSync(step.write, step.text);
+}'
+    suite postgres
+    echo "upgrade-drill: $NAME: on Postgres after make store, its suite passed in $(($(date +%s) - started)) s"
 }
 
 drill d1 "$PREV_TAG"
+switch
+cd "$ROOT"
 drill postgres "$PG_FROM"
-echo "upgrade-drill: copies of $PREV, D1 and Postgres, upgrade to $VERSION and pass their suites"
+cd "$ROOT"
+echo "upgrade-drill: copies of $PREV, D1 and Postgres, upgrade to $VERSION and pass their suites; the D1 one passes again on Postgres after make store"
