@@ -152,6 +152,8 @@ export function engineCommits(checkout, { engine, digest }) {
   return { commits: candidates.filter((c) => c.differ === best).map((c) => c.commit), exact: best === 0 };
 }
 
+const sameFiles = (a, b) => a.size === b.size && [...a].every(([path, { bytes }]) => b.get(path)?.bytes.equals(bytes));
+
 /** How many of `generated`'s files the copy (`ours`) holds byte for byte. */
 const likeness = (generated, ours) => [...generated].filter(([path, { bytes }]) => ours(path)?.equals(bytes)).length;
 
@@ -191,8 +193,9 @@ export function findBase(checkout, { engine, digest, ours, answers, toolchain, r
       continue;
     }
     const score = likeness(files, ours);
-    // Newest first: an equal score replaces, so the oldest of equals stays.
-    if (!best || score >= best.score) best = { commit, files, score };
+    // Newest first: an equal score that makes other files replaces, so the
+    // oldest of equals stays (of those making the same files, the newest).
+    if (!best || score > best.score || (score === best.score && !sameFiles(files, best.files))) best = { commit, files, score };
     // Every file as that commit made it: the base (an older equal makes the same files).
     if (score === files.size) break;
   }

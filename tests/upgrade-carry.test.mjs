@@ -118,7 +118,7 @@ test("an uncommitted edit to a file the upgrade changes stops it before anything
   const engine = read(dir, "crates/engine/Cargo.toml");
   const run = upgrade(dir);
   assert.equal(run.status, 1);
-  assert.match(run.stderr, /files the upgrade changes hold changes git has not committed; commit or drop them first:\n M src\/lib\.rs/);
+  assert.match(run.stderr, /files the upgrade changes hold changes git has not committed \(or git ignores them\); commit, drop or move them first:\n M src\/lib\.rs/);
   assert.equal(read(dir, "crates/engine/Cargo.toml"), engine, "the engine, as it was");
   assert.equal(git(dir, "status", "--porcelain"), " M src/lib.rs\n", "nothing else changed");
 });
