@@ -176,7 +176,8 @@ template-check: setup
 # needs: template
 ## Copies of the previous release (its engine-v* tag), D1 and Postgres,
 ## with recipe (a) and an edit of their owner's, upgraded to this checkout
-## as docs/upgrades.md says, then their whole suites.
+## as docs/upgrades.md says, then their whole suites; then the D1 one on
+## Postgres, after make store (about 18 minutes).
 upgrade-drill: setup
 	sh scripts/template/upgrade-drill.sh
 
