@@ -167,12 +167,15 @@ const likeness = (generated, ours) => [...generated].filter(([path, { bytes }]) 
  * `{ commit, files, score }`, or `{ why }` when none can be told.
  */
 export function findBase(checkout, { engine, digest, ours, answers, toolchain, recorded, say }) {
-  if (recorded && spawnSync("git", ["-C", checkout, "cat-file", "-e", `${recorded}^{commit}`]).status === 0) {
+  if (recorded) {
+    if (spawnSync("git", ["-C", checkout, "cat-file", "-e", `${recorded}^{commit}`]).status !== 0) {
+      return { why: `the checkout does not hold ${recorded.slice(0, 12)}, the template commit this copy has (template.lock): it is older, or another repository`, older: true };
+    }
     if (spawnSync("git", ["-C", checkout, "merge-base", "--is-ancestor", recorded, "HEAD"]).status !== 0) {
       return { why: `the checkout's HEAD does not descend from ${recorded.slice(0, 12)}, the template commit this copy has (template.lock): it is older, or another branch`, older: true };
     }
     const files = generateAt(checkout, recorded, answers, toolchain);
-    return { commit: recorded, files, score: files.size };
+    return { commit: recorded, files, score: likeness(files, ours) };
   }
   const { commits, exact } = engineCommits(checkout, { engine, digest });
   if (!commits.length) return { why: `no commit of ${checkout} has a template that generates copies` };
@@ -271,8 +274,12 @@ export function mergeFile(labels) {
  * that commit's (`dirty` when they are not), for template.lock.
  */
 export function prepareCarry(checkout, { engine, lock, label, say, store, force }) {
-  const inside = spawnSync("git", ["-C", checkout, "rev-parse", "--show-toplevel"], { encoding: "utf8" });
-  if (inside.status !== 0 || inside.stdout.trim() !== checkout) return { why: `${checkout} is not a git checkout of the template, so the commit your copy came from cannot be found` };
+  // Its own repository's root: not a folder inside another one.
+  const inside = spawnSync("git", ["-C", checkout, "rev-parse", "--show-prefix"], { encoding: "utf8" });
+  if (inside.status !== 0 || inside.stdout.trim() !== "") {
+    const said = inside.stderr?.trim().split("\n")[0];
+    return { why: `${checkout} is not a git checkout of the template${said ? ` (git: ${said})` : ""}, so the commit your copy came from cannot be found` };
+  }
   if (git(checkout, ["rev-parse", "--is-shallow-repository"]).trim() === "true") return { why: `${checkout} is a shallow clone: fetch its history first (git -C ${checkout} fetch --unshallow)` };
   const answers = answersOf(".", lock);
   // `store`: the copy as if generated with that store instead (make store).
@@ -281,7 +288,8 @@ export function prepareCarry(checkout, { engine, lock, label, say, store, force 
   const ours = (path) => (existsSync(path) && statSync(path).isFile() ? readFileSync(path) : undefined);
   const recorded = lock?.template?.commit;
   let base = findBase(checkout, { engine, digest: lock?.template?.engine, ours, answers, toolchain, recorded, say });
-  if (base.older && force) base = findBase(checkout, { engine, digest: lock?.template?.engine, ours, answers, toolchain, recorded: null, say });
+  const forcedOlder = Boolean(base.older && force);
+  if (forcedOlder) base = findBase(checkout, { engine, digest: lock?.template?.engine, ours, answers, toolchain, recorded: null, say });
   if (base.why) return base;
   const postgres = new Map();
   const theirs = generateAt(checkout, null, wanted, toolchain, { postgres });
@@ -292,5 +300,5 @@ export function prepareCarry(checkout, { engine, lock, label, say, store, force 
   // On a switch: which of the copy's D1 migrations its template gave it (the rest are the owner's).
   const given = new Set();
   if (wanted.store !== answers.store) generateAt(checkout, base.commit, answers, toolchain, { migrations: given });
-  return { answers: wanted, was: answers.store, base: base.commit, score: base.score, size: base.files.size, plan, head, dirty, postgres, given };
+  return { answers: wanted, was: answers.store, base: base.commit, score: base.score, size: base.files.size, plan, head, dirty, postgres, given, forcedOlder };
 }

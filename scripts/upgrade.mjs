@@ -118,7 +118,8 @@ function carryFrom(root) {
   } catch (e) {
     fail(`making the copy's template files from ${root} failed, nothing changed: ${e.message}`);
   }
-  if (carry.older && !force) fail(`${carry.why}. Carrying from it would take the template back; FORCE=1 to carry anyway (the base then found anew)`);
+  if (carry.older && !force) fail(`${carry.why}. Carrying from it would take the template back; update the checkout (git pull), or FORCE=1 to carry anyway (the base then found anew)`);
+  if (carry.forcedOlder) forced(`carrying from a checkout that does not hold, or descend from, the template commit template.lock records`);
   if (carry.why) {
     if (store) fail(`switching the store makes the copy's files again, and ${carry.why}`);
     return carry;
@@ -165,12 +166,19 @@ function switched({ was, answers, postgres, given }) {
     if (existsSync("migrations-postgres")) console.log("make upgrade: migrations-postgres/ stays, your Postgres database's history; remove it once you no longer need it");
     return;
   }
-  if (!existsSync("migrations-postgres")) {
-    mkdirSync("migrations-postgres");
-    for (const [file, bytes] of postgres) writeFileSync(join("migrations-postgres", file), bytes);
+  if (!lstatExists("migrations-postgres")) {
+    try {
+      mkdirSync("migrations-postgres");
+      for (const [file, bytes] of postgres) writeFileSync(join("migrations-postgres", file), bytes);
+    } catch (e) {
+      fail(`starting migrations-postgres/ failed (${e.message}): remove it, then run make store again`);
+    }
     console.log(`make upgrade: migrations-postgres/: ${[...postgres.keys()].sort().join(", ")}`);
+  } else if (!existsSync(join("migrations-postgres", "0001_engine_schema.sql"))) {
+    console.log("make upgrade: migrations-postgres/ was there already, and is kept as it is: it must hold the engine's Postgres migrations (a Postgres copy's start with 0001_engine_schema.sql)");
   }
-  const own = readdirSync("migrations").filter((file) => /^\d{4}_.*\.sql$/.test(file) && !ENGINE_MIGRATION.test(file) && !given.has(file));
+  const gave = new Set([...given].map((file) => file.slice(5)));
+  const own = readdirSync("migrations").filter((file) => /^\d{4}_.*\.sql$/.test(file) && !ENGINE_MIGRATION.test(file) && !gave.has(file.slice(5)));
   if (own.length) {
     console.log(`make upgrade: your own migrations are D1's: write each again for Postgres in migrations-postgres/, numbered after its last file, and read their tables in Postgres in your tests (recipe (a) in docs/recipes.md shows both): ${own.join(", ")}`);
   }
@@ -298,6 +306,25 @@ console.log(
   }),
 );
 
+// 0. The template's files and Cargo.toml, each written beside its place
+// first (`<file>.upgrade-<pid>`), so that a failed write changes nothing;
+// they are renamed in after the engine.
+const STAGED = `.upgrade-${process.pid}`;
+const writes = [
+  ...carried.filter((c) => !["kept", "remove"].includes(c.action) && c.path !== "Cargo.toml"),
+  ...(bumped !== onDisk ? [{ path: "Cargo.toml", bytes: Buffer.from(bumped), exec: false }] : []),
+];
+try {
+  for (const { path, bytes, exec } of writes) {
+    mkdirSync(dirname(path) || ".", { recursive: true });
+    writeFileSync(path + STAGED, bytes, { mode: exec ? 0o755 : 0o644 });
+    chmodSync(path + STAGED, exec ? 0o755 : 0o644);
+  }
+} catch (e) {
+  for (const { path } of writes) rmSync(path + STAGED, { force: true });
+  fail(`writing the template's files failed, nothing changed: ${e.message}`);
+}
+
 // 1. The code, whole (what the new engine no longer has goes too): copied
 // beside the old one, then swapped in, so a failed copy leaves it as it was.
 if (replace) {
@@ -312,6 +339,7 @@ if (replace) {
     }
   } catch (e) {
     rmSync(next, { recursive: true, force: true });
+    for (const { path } of writes) rmSync(path + STAGED, { force: true });
     fail(`copying the new engine failed, nothing changed: ${e.message}`);
   }
   renameSync(HERE, old);
@@ -320,6 +348,7 @@ if (replace) {
   } catch (e) {
     renameSync(old, HERE);
     rmSync(next, { recursive: true, force: true });
+    for (const { path } of writes) rmSync(path + STAGED, { force: true });
     fail(`swapping the new engine in failed, nothing changed: ${e.message}`);
   }
 }
@@ -327,32 +356,20 @@ if (replace) {
 // 2. The engine's migrations this copy lacks, after its last one; the
 // app's worker version.
 for (const [path, text] of added) writeFileSync(path, text);
-// The record of the engine this copy now has: what the next upgrade
-// checks. Until the template's files are all written, it names the commit
-// they came from, so that a run cut short is finished by the next one.
-const generatedAs = carry?.plan && (({ name, providers, demos, dashboard, store }) => ({ name, providers, demos, dashboard, store }))(carry.answers);
-if (carry?.plan) writeLock(".", after, undefined, { ...readLock()?.template, commit: carry.base });
-else writeLock(".", after);
-// 3. The template's files, Cargo.toml with the worker version.
-try {
-  for (const { path, action, bytes, exec } of carried) {
-    if (action === "kept" || path === "Cargo.toml") continue;
-    if (action === "remove") rmSync(path, { force: true });
-    else {
-      mkdirSync(dirname(path) || ".", { recursive: true });
-      writeFileSync(path, bytes);
-      chmodSync(path, exec ? 0o755 : 0o644);
-    }
-  }
-  if (bumped !== onDisk) writeFileSync("Cargo.toml", bumped);
-} catch (e) {
-  fail(`writing the template's files stopped (${e.message}). The engine is in; run the same command again to finish, or undo it all with git checkout . && git clean -fd`);
-}
+// 3. The template's files and Cargo.toml, renamed in; what the template
+// removed, removed.
+for (const { path } of writes) renameSync(path + STAGED, path);
+for (const { path, action } of carried) if (action === "remove") rmSync(path, { force: true });
 if (carry?.plan && carry.was !== carry.answers.store) switched(carry);
-// With the template's files carried: what the copy was generated as, and
-// the template they now are (the next upgrade's base): its engine, and
-// its commit when the checkout's files were that commit's.
+// The record of the engine this copy now has: what the next upgrade
+// checks. With the template's files carried: what the copy was generated
+// as, and the template they now are (the next upgrade's base): its
+// engine, and its commit when the checkout's files were that commit's.
+// Without: the engine its template files came with, if not yet recorded.
+const generatedAs = carry?.plan && (({ name, providers, demos, dashboard, store }) => ({ name, providers, demos, dashboard, store }))(carry.answers);
+const template = readLock()?.template;
 if (carry?.plan) writeLock(".", after, generatedAs, { engine: engineGitDigest(incoming), ...(carry.head ? { commit: carry.head } : {}) });
+else writeLock(".", after, undefined, template?.engine ? template : { ...template, engine: engineGitDigest(current) });
 if (bumped !== appManifest) console.log(`make upgrade: worker ${ourWorker} -> ${theirWorker} in Cargo.toml, as the engine uses`);
 if (replace) {
   const old = join(dirname(HERE), ".engine-old");
@@ -362,7 +379,6 @@ if (replace) {
     console.error(`make upgrade: the old engine is left in ${old} (${e.message}); delete it`);
   }
 }
-
 
 // Cargo.lock follows the new engine (its version, its dependencies), as a
 // build would leave it, so that a --locked build still runs.
