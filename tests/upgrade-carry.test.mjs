@@ -92,6 +92,15 @@ test("a copy of 0.1.0's last landing: its template files become this template's,
   assert.match(again.stdout, /generated as: shopco, providers stripe, demos true, dashboard false, store d1\n/, "from template.lock now");
   assert.match(again.stdout, /\n    none changed\n/);
   assert.equal(git(dir, "status", "--porcelain"), "");
+
+  // A checkout without the commit the copy's files came from is an older one.
+  const recorded = readLock(dir);
+  writeFileSync(join(dir, "template.lock"), JSON.stringify({ ...recorded, template: { ...recorded.template, commit: "1".repeat(40) } }, null, 2));
+  commit(dir, "a template from elsewhere");
+  const older = upgrade(dir);
+  assert.equal(older.status, 1);
+  assert.match(older.stderr, /the checkout does not hold 111111111111, the template commit this copy has \(template\.lock\).*FORCE=1/);
+  assert.equal(git(dir, "status", "--porcelain"), "", "nothing changed");
 });
 
 test("an owner's edit where the template changed too is left between conflict markers, named; the rest is carried", { skip }, () => {
