@@ -214,13 +214,13 @@ export function findBase(checkout, { engine, digest, ours, answers, toolchain, r
  */
 export function carryPlan(base, theirs, ours, merge) {
   const mode = (path) => (statSync(path).mode & 0o100) !== 0;
+  const eq = (x, y) => (x && y ? x.equals(y) : x === y);
   const out = [];
   const paths = [...new Set([...base.keys(), ...theirs.keys()])].sort();
   for (const path of paths) {
     const b = base.get(path)?.bytes;
     const t = theirs.get(path);
     const o = ours(path);
-    const eq = (x, y) => (x && y ? x.equals(y) : x === y);
     if (eq(o, t?.bytes) || eq(b, t?.bytes)) continue;
     if (eq(o, b)) {
       out.push(t ? { path, action: b ? "replace" : "add", ...t } : { path, action: "remove" });

@@ -130,17 +130,18 @@ function carryFrom(root) {
     const parts = path.split("/");
     return parts.some((_, i) => {
       const at = parts.slice(0, i + 1).join("/");
-      if (!existsSync(at) && !lstatExists(at)) return false;
+      if (!lstatExists(at)) return false;
       const stat = lstatSync(at);
       return stat.isSymbolicLink() || (i < parts.length - 1 ? !stat.isDirectory() : !stat.isFile());
     });
   });
   if (odd.length) fail(`the upgrade would write through a symlink, or where a folder is (or a file where it needs a folder): ${odd.join(", ")}. Make each a plain file, or move it, first`);
-  if (touched.length && gitStatus() === null) {
+  const inGit = touched.length > 0 && gitStatus() !== null;
+  if (touched.length && !inGit) {
     if (!force) fail("not a git work tree: nothing can tell your changes from the template's, or undo a merge. Commit the copy to git, or FORCE=1 to carry anyway");
     forced("not a git work tree: the template's files are merged into yours with nothing to undo them");
   }
-  const status = touched.length && gitStatus() !== null
+  const status = inGit
     ? execFileSync("git", ["--literal-pathspecs", "status", "--porcelain", "--ignored", "--untracked-files=all", "--", ...touched], { encoding: "utf8" }).trimEnd()
     : "";
   if (status) fail(`files the upgrade changes hold changes git has not committed (or git ignores them); commit, drop or move them first:\n${status}`);
