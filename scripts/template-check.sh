@@ -32,7 +32,7 @@ WORK=$(mktemp -d)
 # Open to others: as root, the Postgres copy's clusters run as the user
 # postgres, which must reach them.
 chmod 755 "$WORK"
-trap 'rm -rf "$WORK"' EXIT
+trap 'stop_clusters "$WORK"/hooks-*; rm -rf "$WORK"' EXIT
 snapshot "$WORK"
 # One build directory for every copy: the dependencies compile once.
 mkdir "$WORK/target"
@@ -90,16 +90,9 @@ check() {
     # again, and the dependencies compile once.
     ln -s "$ROOT/node_modules" node_modules
     ln -s "$WORK/target" target
-    # What its make test runs, but the installs.
-    TARGETS=""
-    for target in $(sed -n 's/^test://p' Makefile); do
-        case "$target" in setup | setup-test) ;; *) TARGETS="$TARGETS $target" ;; esac
-    done
-    # shellcheck disable=SC2086
-    make $TARGETS
-    # A Postgres copy under its own make dev: storms, a Postgres restart,
-    # the rows counted with psql.
-    [ "$STORE" != postgres ] || node "$ROOT/scripts/template/dev-check.mjs" || fail "make dev on Postgres"
+    # What its make test runs, but the installs; a Postgres copy then under
+    # its own make dev: storms, a Postgres restart, the rows counted with psql.
+    copy_suite "$STORE" || fail "its suite failed"
     size=$(gzip -9 -c build/index_bg.wasm | wc -c)
     echo "template-check: $NAME ($PROVIDERS; demos $DEMOS; dashboard $DASHBOARD; store $STORE; recipes:$RECIPES) passed in $(($(date +%s) - started)) s; its wasm: $size bytes gzipped"
 }

@@ -27,17 +27,7 @@ mkdir -p "$SHARED"
 DEV=""
 cleanup() {
     [ -z "$DEV" ] || kill -- "-$DEV" 2>/dev/null || true
-    # The Postgres copy's clusters: stopped, and their data removed where
-    # they live outside the copy (scripts/postgres.sh), and nowhere else.
-    outside=$(getent passwd postgres | cut -d: -f6)/webhooks-clusters/
-    for copy in "$WORK"/hooks-*; do
-        [ -f "$copy/scripts/postgres.sh" ] || continue
-        for cluster in postgres postgres-test; do
-            dir=$(PG_CLUSTER=$cluster sh "$copy/scripts/postgres.sh" dir) || continue
-            PG_CLUSTER=$cluster sh "$copy/scripts/postgres.sh" stop || true
-            case "$dir" in "$outside"*/"$cluster") rm -rf "$dir" "$dir.lock" && rmdir "$(dirname "$dir")" 2>/dev/null || true ;; esac
-        done
-    done
+    stop_clusters "$WORK"/hooks-*
     rm -rf "$WORK"
 }
 trap cleanup EXIT

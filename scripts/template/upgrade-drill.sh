@@ -53,19 +53,7 @@ mkdir -p "$SHARED"
 # The Postgres copy's clusters are its own, stopped and removed at the end
 # (as make test-copies does).
 unset PG_DIR PG_PORT PG_DB PG_CLUSTER
-cleanup() {
-    outside=$(getent passwd postgres | cut -d: -f6)/webhooks-clusters/
-    for copy in "$WORK"/drill-*/drill-*; do
-        [ -f "$copy/scripts/postgres.sh" ] || continue
-        for cluster in postgres postgres-test; do
-            dir=$(PG_CLUSTER=$cluster sh "$copy/scripts/postgres.sh" dir) || continue
-            PG_CLUSTER=$cluster sh "$copy/scripts/postgres.sh" stop || true
-            case "$dir" in "$outside"*/"$cluster") rm -rf "$dir" "$dir.lock" && rmdir "$(dirname "$dir")" 2>/dev/null || true ;; esac
-        done
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+trap 'stop_clusters "$WORK"/drill-*/drill-*; rm -rf "$WORK"' EXIT
 fail() { echo "upgrade-drill: $NAME: $*" >&2; exit 1; }
 
 # drill <store> <commit>
@@ -108,20 +96,8 @@ import { RECIPES } from "'"$ROOT"'/scripts/template/recipes.mjs";
 for (const step of RECIPES.find((r) => r.id === "a").steps) if (step.write?.endsWith(".rs")) writeFileSync(step.write, step.text);'
         echo "upgrade-drill: $NAME: cargo check named src/effects/invoices.rs; rewritten as the CHANGELOG says"
     fi
-    suite "$STORE"
+    copy_suite "$STORE" || fail "its suite failed"
     echo "upgrade-drill: $NAME: generated at $FROM ($PREV), upgraded to $VERSION, its suite passed in $(($(date +%s) - started)) s"
-}
-
-# suite <store>: the copy's whole suite, as its make test runs it but the
-# installs; on Postgres, then its make dev under storms.
-suite() {
-    TARGETS=""
-    for target in $(sed -n 's/^test://p' Makefile); do
-        case "$target" in setup | setup-test) ;; *) TARGETS="$TARGETS $target" ;; esac
-    done
-    # shellcheck disable=SC2086
-    make $TARGETS
-    [ "$1" != postgres ] || node "$ROOT/scripts/template/dev-check.mjs" || fail "make dev on Postgres"
 }
 
 # switch: the D1 copy in the current directory, upgraded, turns Postgres
@@ -143,7 +119,7 @@ for (const step of RECIPES.find((r) => r.id === "a").steps.filter((s) => s.store
   if (step.migration) writeFileSync(`${step.dir}/${next(step.dir)}_${step.migration}.sql`, step.text);
   if (step.write) writeFileSync(step.write, step.text);
 }'
-    suite postgres
+    copy_suite postgres || fail "its suite on Postgres failed"
     echo "upgrade-drill: $NAME: on Postgres after make store, its suite passed in $(($(date +%s) - started)) s"
 }
 
