@@ -13,6 +13,10 @@ export WRANGLER_LOG_PATH := $(CURDIR)/.wrangler/logs
 PORT ?= 8787
 # A build with fewer providers (and neither admin surface), checked too.
 MINIMAL := stripe,github
+# needs: postgres
+# make test leaves no test cluster running (cargo test's harness leaves it
+# for the next run).
+STOP_TEST_CLUSTER := PG_CLUSTER=postgres-test $(if $(PG_DIR),PG_DIR=$(PG_DIR)-test) sh scripts/postgres.sh stop
 # needs: postgres, d1
 # The build whose effects may commit in Postgres (docs/postgres.md).
 POSTGRES := stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,generic-hmac,admin,dashboard,postgres
@@ -36,6 +40,7 @@ sink: setup
 ## validation, then the built worker end to end in workerd (Miniflare) with
 ## real D1, Durable Objects and Queues.
 test: setup setup-test setup-template lint unit build-minimal build-postgres build config-check e2e
+	$(STOP_TEST_CLUSTER)
 
 ## What running needs (make dev).
 setup:
@@ -81,14 +86,19 @@ lint:
 	cargo clippy --target wasm32-unknown-unknown -- -D warnings
 	cargo clippy --target wasm32-unknown-unknown --no-default-features --features $(MINIMAL) -- -D warnings
 	cargo clippy --target wasm32-unknown-unknown -p webhook-engine --features postgres -- -D warnings
-	cargo clippy -p webhook-engine --all-targets --features postgres -- -D warnings
+	cargo clippy -p webhook-engine --all-targets --features postgres,testing -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 	cargo package -p webhook-engine --allow-dirty --quiet
 
+## The host tests: the engine's, and your effects' (src/effects/), each
+## applied with its ledger row to a real database made from your
+## migrations: SQLite as D1 runs it, or in a Postgres copy its test
+## cluster (started if need be). docs/extend.md, "Test your effect".
 unit:
 	cargo test --workspace
 	cargo test -p webhook-engine --lib --no-default-features --features $(MINIMAL) providers::
-	cargo test -p webhook-engine --lib --features postgres postgres::
+	cargo test -p webhook-engine --lib --features postgres,testing -- postgres:: testing::
+	cargo test --lib --features postgres effects::
 
 ## The built worker, its Durable Object class, migrations and bindings
 ## through wrangler's own deploy validation, offline; the CI workflows parse.

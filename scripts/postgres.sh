@@ -13,7 +13,8 @@
 #   scripts/postgres.sh psql ...   psql on the database
 #
 # PG_DIR (default .wrangler/$PG_CLUSTER, the cluster postgres), PG_PORT
-# (5433) and PG_DB (webhooks) choose another cluster or database. Debian's
+# (5433; the cluster postgres-test's: from the checkout's path) and PG_DB
+# (webhooks) choose another cluster or database. Debian's
 # postgresql package provides the server (scripts/setup.sh --with-postgres
 # installs it). As root, the server runs as the `postgres` user, since it
 # refuses to run as root; where that user cannot reach the checkout (a
@@ -58,7 +59,14 @@ prepare_outside() {
         fi
     done
 }
-PORT=${PG_PORT:-5433}
+# The test cluster (postgres-test: the end-to-end tests', and cargo
+# test's for the effects) on a port of the checkout's own, from its path,
+# so that two checkouts' test runs never meet on one.
+if [ "$CLUSTER" = postgres-test ]; then
+    PORT=${PG_PORT:-$((20000 + $(printf '%s' "$PWD" | cksum | cut -d' ' -f1) % 10000))}
+else
+    PORT=${PG_PORT:-5433}
+fi
 DB=${PG_DB:-webhooks}
 ROLE=webhooks
 PASSWORD=webhooks

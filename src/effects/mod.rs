@@ -14,6 +14,7 @@
 
 mod contacts;
 mod orders;
+mod receipts;
 mod stars;
 mod subscriptions;
 

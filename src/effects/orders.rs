@@ -20,7 +20,8 @@ use serde::Deserialize;
 
 use webhook_engine::effects::{parse, Effect, PlanError, Statement, StripeEvent};
 use webhook_engine::event::VerifiedEvent;
-use webhook_engine::outbox::{Email, SideEffect};
+
+use super::receipts::receipt;
 
 /// `checkout.session.completed`: the order, paid or awaiting payment.
 pub fn completed(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
@@ -169,82 +170,71 @@ fn mark_paid(payment_intent: &str, now: i64) -> Vec<Statement> {
     )]
 }
 
-/// The receipt for a paid checkout; none without an email. Keyed by the
-/// checkout session, so one purchase sends one receipt whichever events and
-/// sources report it.
-fn receipt(session: &CheckoutSession) -> Option<SideEffect> {
-    let to = session.email()?.to_string();
-    let amount = match (session.amount_total, &session.currency) {
-        (Some(minor), Some(currency)) => format!(" of {}", format_amount(minor, currency)),
-        _ => String::new(),
-    };
-    let text = format!(
-        "Thank you! We received your payment{amount} (order {}).",
-        session.id
-    );
-    let email = Email::new(to, "Your receipt", text);
-    Some(email.send().about("checkout_session", &session.id))
-}
-
-/// An amount in minor units, written with its currency's exponent: JPY has
-/// no minor unit, KWD has three decimals, most have two (Stripe's lists of
-/// zero- and three-decimal currencies).
-fn format_amount(minor: i64, currency: &str) -> String {
-    const ZERO_DECIMAL: [&str; 16] = [
-        "BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV",
-        "XAF", "XOF", "XPF",
-    ];
-    const THREE_DECIMAL: [&str; 5] = ["BHD", "JOD", "KWD", "OMR", "TND"];
-    let code = currency.to_ascii_uppercase();
-    let exponent = if ZERO_DECIMAL.contains(&code.as_str()) {
-        0
-    } else if THREE_DECIMAL.contains(&code.as_str()) {
-        3
-    } else {
-        2
-    };
-    let sign = if minor < 0 { "-" } else { "" };
-    let minor = minor.unsigned_abs();
-    if exponent == 0 {
-        return format!("{sign}{minor} {code}");
-    }
-    let unit = 10u64.pow(exponent);
-    let width = exponent as usize;
-    format!("{sign}{}.{:0width$} {code}", minor / unit, minor % unit)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::effects::EFFECTS;
     use webhook_engine::effects::Value;
     use webhook_engine::effects::{plan_with, Plan};
     use webhook_engine::event::VerifiedEvent;
+    use webhook_engine::testing::{self, row, Applied, TestDb};
 
     /// The batch the engine commits for `event` with the app's effects.
     fn plan(event: &VerifiedEvent, now: i64) -> Result<Plan, PlanError> {
         plan_with(crate::effects::EFFECTS, event, now)
     }
 
-    #[test]
-    fn checkout_upserts_the_order_by_session_id() {
-        let body = r#"{"id":"evt_1","created":5,"data":{"object":{"id":"cs_1","amount_total":2000,
-            "currency":"eur","customer_details":{"email":"a@b.c"},"payment_intent":"pi_1",
-            "payment_status":"paid"}}}"#;
-        let session = CheckoutSession::from_event(body).unwrap();
-        let plan = checkout(&session, CheckoutOutcome::Completed, 9);
-        assert_eq!(plan[0].sql, UPSERT_ORDER);
-        assert_eq!(
-            plan[0].params,
-            vec![
-                "cs_1".into(),
-                "pi_1".into(),
-                Value::Int(2000),
-                "eur".into(),
-                "a@b.c".into(),
-                Value::Int(9),
-                "paid".into()
-            ]
+    /// A checkout event as Stripe sends it.
+    fn checkout_event(id: &str, kind: &str, payment_status: &str) -> VerifiedEvent {
+        let body = format!(
+            r#"{{"id":"{id}","type":"checkout.session.{kind}","created":5,"data":{{"object":{{
+            "id":"cs_1","amount_total":2000,"currency":"eur","customer_details":{{"email":"a@b.c"}},
+            "payment_intent":"pi_1","payment_status":"{payment_status}"}}}}}}"#
         );
+        testing::event("stripe", &[], &body)
+    }
+
+    fn order(db: &mut TestDb) -> Vec<Vec<Value>> {
+        let columns =
+            "checkout_session_id, payment_intent_id, status, amount, currency, customer_email";
+        let sql = format!("SELECT {columns} FROM orders");
+        db.rows(&sql, vec![])
+    }
+
+    #[test]
+    fn a_checkout_writes_its_order_once() {
+        let mut db = TestDb::new();
+        let event = checkout_event("evt_1", "completed", "paid");
+        assert_eq!(db.apply(EFFECTS, &event), Applied::Now);
+        assert_eq!(db.apply(EFFECTS, &event), Applied::Earlier);
+        let paid = row!["cs_1", "pi_1", "paid", 2000, "eur", "a@b.c"];
+        assert_eq!(order(&mut db), [paid]);
+    }
+
+    #[test]
+    fn a_paid_order_stays_paid_whatever_arrives_after() {
+        let mut db = TestDb::new();
+        db.apply(EFFECTS, &checkout_event("evt_1", "completed", "unpaid"));
+        assert_eq!(order(&mut db)[0][2], "awaiting_payment".into());
+        let intent = r#"{"id":"evt_2","type":"payment_intent.succeeded","created":6,"data":{"object":{"id":"pi_1"}}}"#;
+        db.apply(EFFECTS, &testing::event("stripe", &[], intent));
+        db.apply(
+            EFFECTS,
+            &checkout_event("evt_3", "async_payment_failed", "unpaid"),
+        );
+        db.apply(EFFECTS, &checkout_event("evt_4", "completed", "unpaid"));
+        assert_eq!(order(&mut db)[0][2], "paid".into());
+    }
+
+    #[test]
+    fn a_failed_payment_is_not_moved_back_to_waiting() {
+        let mut db = TestDb::new();
+        db.apply(
+            EFFECTS,
+            &checkout_event("evt_1", "async_payment_failed", "unpaid"),
+        );
+        db.apply(EFFECTS, &checkout_event("evt_2", "completed", "unpaid"));
+        assert_eq!(order(&mut db)[0][2], "payment_failed".into());
     }
 
     #[test]
@@ -276,51 +266,18 @@ mod tests {
 
     #[test]
     fn optional_fields_become_null() {
-        let body = r#"{"created":5,"data":{"object":{"id":"cs_1"}}}"#;
-        let session = CheckoutSession::from_event(body).unwrap();
-        let plan = checkout(&session, CheckoutOutcome::Completed, 9);
-        assert_eq!(plan[0].params[1], Value::Null);
-        assert_eq!(plan[0].params[4], Value::Null);
-        assert_eq!(plan[0].params[6], "awaiting_payment".into());
-    }
-
-    #[test]
-    fn payment_only_updates_an_existing_order() {
-        let body = r#"{"created":5,"data":{"object":{"id":"pi_1"}}}"#;
-        let event = VerifiedEvent::example("stripe", "payment_intent.succeeded", body);
-        let effect = payment_succeeded(&event, 9).unwrap();
-        let plan = effect.writes();
-        assert!(plan[0].sql.starts_with("UPDATE orders"));
-        assert_eq!(plan[0].params, vec!["pi_1".into(), Value::Int(9)]);
-    }
-
-    #[test]
-    fn a_receipt_names_the_amount_and_order() {
-        let body = r#"{"created":1,"data":{"object":{"id":"cs_1","amount_total":4205,"currency":"eur",
-            "customer_details":{"email":"a@b.c"}}}}"#;
-        let side_effect = receipt(&CheckoutSession::from_event(body).unwrap()).unwrap();
-        let email: Email = serde_json::from_str(side_effect.payload()).unwrap();
-        assert_eq!(email.to, "a@b.c");
-        assert_eq!(
-            email.text,
-            "Thank you! We received your payment of 42.05 EUR (order cs_1)."
-        );
-    }
-
-    #[test]
-    fn amounts_use_the_currencys_exponent() {
-        assert_eq!(format_amount(4205, "usd"), "42.05 USD");
-        assert_eq!(format_amount(500, "jpy"), "500 JPY");
-        assert_eq!(format_amount(1234, "kwd"), "1.234 KWD");
-        assert_eq!(format_amount(5, "eur"), "0.05 EUR");
-        assert_eq!(format_amount(-150, "eur"), "-1.50 EUR");
-        assert_eq!(format_amount(7, "bhd"), "0.007 BHD");
-    }
-
-    #[test]
-    fn no_email_no_receipt() {
-        let body = r#"{"created":1,"data":{"object":{"id":"cs_1"}}}"#;
-        assert!(receipt(&CheckoutSession::from_event(body).unwrap()).is_none());
+        let mut db = TestDb::new();
+        let body = r#"{"id":"evt_1","type":"checkout.session.completed","created":5,"data":{"object":{"id":"cs_1"}}}"#;
+        db.apply(EFFECTS, &testing::event("stripe", &[], body));
+        let waiting = row![
+            "cs_1",
+            Value::Null,
+            "awaiting_payment",
+            Value::Null,
+            Value::Null,
+            Value::Null
+        ];
+        assert_eq!(order(&mut db), [waiting]);
     }
 
     #[test]

@@ -83,14 +83,43 @@ fn count(star: &StarEvent, delta: i64) -> Vec<Statement> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use webhook_engine::effects::Value;
+    use crate::effects::EFFECTS;
+    use webhook_engine::testing::{self, row, Applied, TestDb};
+
+    /// A star delivery as GitHub sends it: its id and type in headers.
+    fn star(delivery: &str, action: &str, starred_at: &str) -> VerifiedEvent {
+        let body = format!(
+            r#"{{"action":"{action}","starred_at":{starred_at},"repository":{{"full_name":"octo/cat"}},"sender":{{"login":"mona"}}}}"#
+        );
+        let headers = [("X-GitHub-Event", "star"), ("X-GitHub-Delivery", delivery)];
+        testing::event("github", &headers, &body)
+    }
 
     #[test]
-    fn moves_the_named_repository_by_delta() {
-        let body =
-            r#"{"action":"deleted","starred_at":null,"repository":{"full_name":"octo/cat"}}"#;
-        let plan = count(&StarEvent::from_event(body, false).unwrap(), -1);
-        assert_eq!(plan[0].params, vec!["octo/cat".into(), Value::Int(-1)]);
+    fn each_star_counts_once_however_often_it_arrives() {
+        let mut db = TestDb::new();
+        let first = star("d-1", "created", r#""2026-01-01T00:00:00Z""#);
+        assert_eq!(db.apply(EFFECTS, &first), Applied::Now);
+        assert_eq!(db.apply(EFFECTS, &first), Applied::Earlier);
+        db.apply(
+            EFFECTS,
+            &star("d-2", "created", r#""2026-01-02T00:00:00Z""#),
+        );
+        db.apply(EFFECTS, &star("d-3", "deleted", "null"));
+        let stars = db.rows("SELECT repo, stars FROM repo_stars", vec![]);
+        assert_eq!(stars, [row!["octo/cat", 1]]);
+    }
+
+    #[test]
+    fn a_signed_body_resent_under_a_fresh_delivery_id_counts_once() {
+        let mut db = TestDb::new();
+        let body = star("d-1", "created", r#""2026-01-01T00:00:00Z""#);
+        db.apply(EFFECTS, &body);
+        let resent = star("d-forged", "created", r#""2026-01-01T00:00:00Z""#);
+        let replayed = Applied::Replayed { of: "d-1".into() };
+        assert_eq!(db.apply(EFFECTS, &resent), replayed);
+        let stars = db.rows("SELECT stars FROM repo_stars", vec![]);
+        assert_eq!(stars, [row![1]]);
     }
 
     #[test]

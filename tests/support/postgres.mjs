@@ -12,13 +12,12 @@ import { startWorker } from "./worker.mjs";
 createRequire(import.meta.url)("../../scripts/hyperdrive-guard.cjs");
 
 export const POSTGRES_BUILD = "target/variants/postgres/index.js";
-// A port of this checkout's own (from its path), so that two checkouts'
-// test runs never meet on one.
-const PORT = 20000 + ([...process.cwd()].reduce((hash, c) => (hash * 31 + c.charCodeAt(0)) >>> 0, 7) % 10000);
+// On a port of this checkout's own, which scripts/postgres.sh chooses for
+// postgres-test (the host tests of the effects use it too).
 export const CLUSTER = {
   PG_CLUSTER: "postgres-test",
   ...(process.env.PG_DIR ? { PG_DIR: `${process.env.PG_DIR}-test` } : {}),
-  PG_PORT: String(PORT),
+  PG_PORT: "",
 };
 let databases = 0;
 /** Whether this process started the cluster (undefined: not asked yet). */

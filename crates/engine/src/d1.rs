@@ -66,11 +66,14 @@ impl<T: Into<Value>> From<Option<T>> for Value {
     }
 }
 
+/// The largest integer a JavaScript number holds exactly (2^53 - 1).
+const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
 impl Value {
     fn to_js(&self) -> JsValue {
         match self {
             Value::Text(s) => JsValue::from_str(s),
-            // D1 binds JS numbers; amounts and millisecond times fit in 2^53.
+            // Exact: `bindable` refused what a JS number would round.
             Value::Int(n) => JsValue::from_f64(*n as f64),
             Value::Real(n) => JsValue::from_f64(*n),
             Value::Null => JsValue::NULL,
@@ -88,12 +91,58 @@ pub struct Statement {
     pub sql: &'static str,
     /// The values bound to `?1`, `?2`, … in order.
     pub params: Vec<Value>,
+    /// Whether it is a row lock ([`Statement::for_update`]).
+    pub(crate) for_update: bool,
 }
 
 impl Statement {
     /// The statement `sql` with `params` bound in order.
     pub fn new(sql: &'static str, params: Vec<Value>) -> Self {
-        Statement { sql, params }
+        Statement {
+            sql,
+            params,
+            for_update: false,
+        }
+    }
+
+    /// This `SELECT` as a row lock: Postgres runs it with `FOR UPDATE`
+    /// appended, so that two events' transactions that write one row take
+    /// turns (docs/postgres.md); D1, which runs each batch alone, needs no
+    /// lock and leaves it out. A flag, not text: both stores read it alike.
+    pub fn for_update(mut self) -> Self {
+        self.for_update = true;
+        self
+    }
+}
+
+/// Whether D1 can bind `statement`'s values as they are: it binds
+/// JavaScript numbers, which round an integer beyond 2^53 (an id, an
+/// amount in a small unit) to another value. Such a statement is refused,
+/// naming the parameter and the SQL (never the value, which may be the
+/// payload's): the effect should send it as text.
+pub(crate) fn bindable(statement: &Statement) -> std::result::Result<(), String> {
+    let beyond =
+        |v: &Value| matches!(v, Value::Int(n) if n.unsigned_abs() > MAX_SAFE_INTEGER as u64);
+    match statement.params.iter().position(beyond) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "parameter ?{} of `{}` is an integer beyond 2^53, which D1 cannot bind exactly \
+             (it binds JavaScript numbers): send it as text",
+            i + 1,
+            shown(statement.sql)
+        )),
+    }
+}
+
+/// SQL as errors and logs show it: on one line, its runs of white space
+/// one space, and cut after 200 characters. The SQL is the app's constant,
+/// never a value.
+pub(crate) fn shown(sql: &str) -> String {
+    let words: Vec<&str> = sql.split_whitespace().collect();
+    let line = words.join(" ");
+    match line.char_indices().nth(200) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
     }
 }
 
@@ -109,6 +158,7 @@ impl Db {
     }
 
     fn prepare(&self, statement: &Statement) -> Result<D1PreparedStatement> {
+        bindable(statement)?;
         let params: Vec<JsValue> = statement.params.iter().map(Value::to_js).collect();
         self.0.prepare(statement.sql).bind(&params)
     }
@@ -277,6 +327,38 @@ impl<T: DeserializeOwned> Json<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_integer_a_javascript_number_would_round_is_refused_by_name() {
+        let at = |n: i64| {
+            Statement::new(
+                "INSERT INTO t (a, b) VALUES (?1, ?2)",
+                vec![1.into(), n.into()],
+            )
+        };
+        assert_eq!(bindable(&at(MAX_SAFE_INTEGER)), Ok(()));
+        assert_eq!(bindable(&at(-MAX_SAFE_INTEGER)), Ok(()));
+        for n in [
+            MAX_SAFE_INTEGER + 1,
+            -MAX_SAFE_INTEGER - 1,
+            i64::MIN,
+            i64::MAX,
+        ] {
+            let error = bindable(&at(n)).unwrap_err();
+            assert!(
+                error.starts_with("parameter ?2 of `INSERT INTO t (a, b)"),
+                "{error}"
+            );
+            assert!(!error.contains(&n.to_string()), "{error}");
+        }
+    }
+
+    #[test]
+    fn sql_is_shown_on_one_line_and_cut() {
+        assert_eq!(shown("SELECT 1\n     FROM  t "), "SELECT 1 FROM t");
+        let long = "x ".repeat(300);
+        assert_eq!(shown(&long).chars().count(), 201);
+    }
 
     #[test]
     fn a_missing_table_is_told_from_other_errors() {

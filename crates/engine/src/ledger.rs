@@ -29,9 +29,9 @@ pub(crate) const MIRROR: &str = "INSERT INTO processed_events \
 /// statement of every effect batch, and alone the record of an event an
 /// operator dismissed.
 pub fn row(event: &VerifiedEvent, now: i64) -> Statement {
-    Statement {
-        sql: LEDGER_INSERT,
-        params: vec![
+    Statement::new(
+        LEDGER_INSERT,
+        vec![
             event.source.as_str().into(),
             event.id.as_str().into(),
             event.kind.as_str().into(),
@@ -39,7 +39,7 @@ pub fn row(event: &VerifiedEvent, now: i64) -> Statement {
             now.into(),
             event.fence.as_deref().into(),
         ],
-    }
+    )
 }
 
 /// How an apply attempt ended.
@@ -53,7 +53,10 @@ pub enum Applied {
     /// The ledger holds this source's same signed body under another event
     /// id (`of`): a replayed body. Its effect already happened; nothing is
     /// done again.
-    Replayed { of: String },
+    Replayed {
+        /// The id the ledger holds the body under.
+        of: String,
+    },
 }
 
 /// Runs the planned batch for `event` as one D1 transaction.
@@ -68,7 +71,16 @@ pub async fn apply(db: &Db, event: &VerifiedEvent, batch: &[Statement]) -> worke
 /// After a ledger clash: which row the event clashed with. Its own id first
 /// (an earlier attempt), else the row holding the same body (a replay).
 async fn ledger_holder(db: &Db, event: &VerifiedEvent) -> worker::Result<Applied> {
-    let holder = Statement::new(
+    match db.text(&holder(event), "event_id").await? {
+        Some(id) => Ok(held_as(event, id)),
+        None => Err(NO_HOLDER.into()),
+    }
+}
+
+/// The row a ledger clash was with: the event's own first, else the one
+/// holding the same signed body.
+pub(crate) fn holder(event: &VerifiedEvent) -> Statement {
+    Statement::new(
         "SELECT event_id FROM processed_events \
          WHERE source = ?1 AND (event_id = ?2 OR fence_sha256 = ?3) \
          ORDER BY event_id = ?2 DESC LIMIT 1",
@@ -77,17 +89,24 @@ async fn ledger_holder(db: &Db, event: &VerifiedEvent) -> worker::Result<Applied
             event.id.as_str().into(),
             event.fence.as_deref().into(),
         ],
-    );
-    match db.text(&holder, "event_id").await? {
-        Some(id) if id == event.id => Ok(Applied::Earlier),
-        Some(id) => Ok(Applied::Replayed { of: id }),
-        None => Err("the ledger reported a clash but holds no matching row".into()),
+    )
+}
+
+/// What a clash with the row of `id` means for `event`.
+pub(crate) fn held_as(event: &VerifiedEvent, id: String) -> Applied {
+    if id == event.id {
+        Applied::Earlier
+    } else {
+        Applied::Replayed { of: id }
     }
 }
 
+/// A clash the ledger cannot account for.
+pub(crate) const NO_HOLDER: &str = "the ledger reported a clash but holds no matching row";
+
 /// SQLite reports a primary-key or unique-index clash as a UNIQUE constraint
 /// failure naming the table; only the ledger's counts as "already applied".
-fn is_ledger_conflict(message: &str) -> bool {
+pub(crate) fn is_ledger_conflict(message: &str) -> bool {
     message.contains("UNIQUE constraint failed: processed_events")
 }
 
@@ -110,9 +129,9 @@ mod tests {
         };
         assert_eq!(
             row(&event, 2_000),
-            Statement {
-                sql: LEDGER_INSERT,
-                params: vec![
+            Statement::new(
+                LEDGER_INSERT,
+                vec![
                     "alpha".into(),
                     "evt_1".into(),
                     "ping".into(),
@@ -120,7 +139,7 @@ mod tests {
                     Value::Int(2_000),
                     crate::event::sha256_hex(b"{}").into(),
                 ],
-            }
+            )
         );
     }
 

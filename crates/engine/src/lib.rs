@@ -158,6 +158,8 @@ pub mod signature;
 mod sources;
 mod stats;
 mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use worker::wasm_bindgen::JsValue;
 use worker::{Context, Env, MessageBatch, Method, Request, Response, Result, ScheduledEvent};

@@ -144,6 +144,16 @@ impl Store {
             Some(Store::Postgres) if !cfg!(feature = "postgres") => Err(ConfigError(
                 "STORE = \"postgres\" needs the cargo feature `postgres` (docs/postgres.md)".into(),
             )),
+            #[cfg(feature = "postgres")]
+            Some(Store::Postgres)
+                if env.hyperdrive(crate::postgres::HYPERDRIVE_BINDING).is_err() =>
+            {
+                Err(ConfigError(format!(
+                    "STORE = \"postgres\" needs the [[hyperdrive]] binding {} in wrangler.toml \
+                     (docs/postgres.md)",
+                    crate::postgres::HYPERDRIVE_BINDING
+                )))
+            }
             Some(store) => Ok(store),
             None => Err(ConfigError("STORE must be d1 or postgres".into())),
         }

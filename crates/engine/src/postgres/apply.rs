@@ -22,7 +22,7 @@ use crate::ledger::{self, Applied};
 use crate::log::{self, Line};
 
 /// The ledger row, in D1's column order (see `ledger::row`).
-const LEDGER_INSERT: &str = "INSERT INTO processed_events \
+pub(crate) const LEDGER_INSERT: &str = "INSERT INTO processed_events \
      (source, event_id, type, received_at, processed_at, fence_sha256) \
      VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING event_id";
 
@@ -161,7 +161,7 @@ async fn commit(
     writes: &[&Statement],
     rows: &[Row],
 ) -> Result<Vec<Row>, PgError> {
-    let texts: Vec<String> = writes.iter().map(|s| sql::numbered(s.sql)).collect();
+    let texts: Vec<String> = writes.iter().map(|s| sql::text(s)).collect();
     let params: Vec<_> = writes.iter().map(|s| sql::params(&s.params)).collect();
     let typed: Vec<_> = params.iter().map(|p| sql::typed(p)).collect();
     let now = now_ms();
@@ -202,8 +202,10 @@ async fn commit(
     .await;
     // The first refusal is the cause; those after it only say the
     // transaction was aborted. Postgres answered the COMMIT with a rollback.
-    if let Some(Err(e)) = written.into_iter().find(Result::is_err) {
-        return Err(e.into());
+    let mut written = written.into_iter().zip(writes).enumerate();
+    if let Some((i, (Err(e), statement))) = written.find(|(_, (result, _))| result.is_err()) {
+        let which = format!("the effect's statement {} of {}", i + 1, writes.len());
+        return Err(PgError::from(e).at(&which, statement));
     }
     let inserted = inserted.into_iter().collect::<Result<Vec<_>, _>>()?;
     committed?;
@@ -226,16 +228,14 @@ async fn clashed(env: &Env, client: &Client, event: &VerifiedEvent) -> Result<Ap
     )
     .await;
     rolled_back?;
-    match holder? {
-        Some(id) if id == event.id => {
-            hand_off(env, client, event, &handoff::read(pending?)).await;
-            Ok(Applied::Earlier)
-        }
-        Some(id) => Ok(Applied::Replayed { of: id }),
-        None => Err(PgError::Refused(
-            "the ledger reported a clash but holds no matching row".into(),
-        )),
+    let Some(id) = holder? else {
+        return Err(PgError::Refused(ledger::NO_HOLDER.into()));
+    };
+    let applied = ledger::held_as(event, id);
+    if applied == Applied::Earlier {
+        hand_off(env, client, event, &handoff::read(pending?)).await;
     }
+    Ok(applied)
 }
 
 /// The hand-off after a commit: its failure is logged, never the event's.

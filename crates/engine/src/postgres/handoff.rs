@@ -31,7 +31,7 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    pub(super) fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Ledger => "ledger",
             Kind::Outbox => "outbox",
@@ -98,7 +98,7 @@ impl Row {
 
 /// Written in the event's transaction: one row, a no-op if there (an
 /// outbox row keyed by a business object another event wrote).
-pub(super) const INSERT: &str = "INSERT INTO webhook_outbox \
+pub(crate) const INSERT: &str = "INSERT INTO webhook_outbox \
      (kind, key, source, event_id, params, created_at) VALUES ($1, $2, $3, $4, $5, $6) \
      ON CONFLICT (kind, key) DO NOTHING RETURNING key";
 
@@ -121,7 +121,7 @@ const MARK: &str = "UPDATE webhook_outbox SET handed_off_at = $1 \
      WHERE handed_off_at IS NULL AND (kind, key) IN (SELECT * FROM unnest($2::text[], $3::text[]))";
 
 /// The values of a row as JSON text, and back.
-pub(super) fn encode(params: &[Value]) -> String {
+pub(crate) fn encode(params: &[Value]) -> String {
     let values: Vec<Json> = params
         .iter()
         .map(|value| match value {

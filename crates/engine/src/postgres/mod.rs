@@ -14,6 +14,7 @@
 
 mod apply;
 mod handoff;
+mod placeholders;
 mod sql;
 
 use std::pin::pin;
@@ -24,10 +25,17 @@ use tokio_postgres::{config::SslMode, Client, Config, NoTls};
 use worker::{Delay, Env};
 
 use crate::config::Store;
+use crate::d1::{shown, Statement};
 use crate::migrations::{self, Behind};
 
 pub(crate) use apply::{apply, dismiss, dismissed, handled};
 pub(crate) use handoff::run as relay;
+#[cfg(feature = "testing")]
+pub(crate) use {apply::LEDGER_INSERT, handoff::Row, placeholders::numbered, sql::text};
+#[cfg(feature = "testing")]
+pub(crate) use {
+    handoff::encode as encode_row, handoff::INSERT as INSERT_ROW, sql::params, sql::typed,
+};
 
 /// The Hyperdrive binding of the database (wrangler.toml's `[[hyperdrive]]`).
 pub const HYPERDRIVE_BINDING: &str = "HYPERDRIVE";
@@ -101,14 +109,32 @@ impl PgError {
     }
 }
 
+impl PgError {
+    /// The error, said to have come from `statement` (`which` says where it
+    /// stood): a refusal names the statement's SQL, where the app's bug is.
+    pub(crate) fn at(self, which: &str, statement: &Statement) -> PgError {
+        match self {
+            PgError::Refused(why) => {
+                PgError::Refused(format!("{why}, in {which}: {}", shown(statement.sql)))
+            }
+            other => other,
+        }
+    }
+}
+
 impl From<tokio_postgres::Error> for PgError {
     fn from(error: tokio_postgres::Error) -> Self {
         let Some(db) = error.as_db_error() else {
-            // The connection: refused, reset, closed.
-            return PgError::Unavailable(error.to_string());
+            // The client's own: the connection (refused, reset, closed), or
+            // what this side could not encode or decode (an app's bug).
+            return if lost_connection(&error) {
+                PgError::Unavailable(error.to_string())
+            } else {
+                PgError::Refused(error.to_string())
+            };
         };
         let code = db.code().code();
-        let why = format!("{code} {}", db.message());
+        let why = described(db);
         if code == "57014" {
             PgError::Slow(why)
         } else if is_unavailable(code) {
@@ -128,11 +154,68 @@ impl From<worker::Error> for PgError {
 /// SQLSTATE classes of a server that will not serve now, whatever the
 /// statement: connection (08), authorization (28), resources (53), an
 /// operator's or a crash's shutdown (57P), a missing database (3D000).
+/// Not 08P01: Postgres says "protocol violation" of a statement bound with
+/// fewer values than its placeholders, an app's bug that no wait mends.
 fn is_unavailable(code: &str) -> bool {
-    ["08", "28", "53", "57P"]
+    let classes = ["08", "28", "53", "57P"];
+    (classes.iter().any(|class| code.starts_with(class)) && code != "08P01") || code == "3D000"
+}
+
+/// Whether a client-side error is the connection's: tokio-postgres says
+/// which by its first words (its error kinds are private). Anything else
+/// it raised (a value it could not encode, a row it could not decode) is
+/// the statement's.
+fn lost_connection(error: &tokio_postgres::Error) -> bool {
+    const CONNECTION: [&str; 8] = [
+        "error communicating with the server",
+        "connection closed",
+        "error connecting to server",
+        "timeout waiting for server",
+        "error performing TLS handshake",
+        "authentication error",
+        "unexpected message from server",
+        "error parsing response from server",
+    ];
+    let said = error.to_string();
+    error.is_closed() || CONNECTION.iter().any(|kind| said.starts_with(kind))
+}
+
+/// A server error as logs and the inbox keep it: its SQLSTATE, its message,
+/// and the constraint, table, column or type it names. Never its detail,
+/// which quotes the row; and a data exception's (class 22) message quotes
+/// the value it refused, so its quoted parts are left out.
+pub(crate) fn described(db: &tokio_postgres::error::DbError) -> String {
+    let code = db.code().code();
+    let message = if code.starts_with("22") {
+        unquoted(db.message())
+    } else {
+        db.message().to_string()
+    };
+    let named = [
+        ("constraint", db.constraint()),
+        ("table", db.table()),
+        ("column", db.column()),
+        ("type", db.datatype()),
+    ];
+    let named: Vec<String> = named
         .iter()
-        .any(|class| code.starts_with(class))
-        || code == "3D000"
+        .filter_map(|(what, name)| Some(format!("{what} {}", (*name)?)))
+        .collect();
+    match named.is_empty() {
+        true => format!("{code} {message}"),
+        false => format!("{code} {message} ({})", named.join(", ")),
+    }
+}
+
+/// A data exception's message without the value it quotes: what follows
+/// its `: `, and each `"…"`.
+fn unquoted(message: &str) -> String {
+    let head = message.split(": ").next().unwrap_or_default();
+    let parts = head.split('"').enumerate();
+    let parts: Vec<&str> = parts
+        .map(|(i, p)| if i % 2 == 1 { "…" } else { p })
+        .collect();
+    parts.join("\"")
 }
 
 /// Runs `work` on a new connection to the database, polling the connection
@@ -186,8 +269,21 @@ mod tests {
         for code in ["08006", "28P01", "53300", "57P01", "57P03", "3D000"] {
             assert!(is_unavailable(code), "{code}");
         }
-        for code in ["23505", "42P01", "22P02", "40001", "57014"] {
+        for code in ["23505", "42P01", "22P02", "40001", "57014", "08P01"] {
             assert!(!is_unavailable(code), "{code}");
         }
+    }
+
+    #[test]
+    fn a_refused_value_is_not_quoted() {
+        assert_eq!(
+            unquoted("invalid input syntax for type integer: \"ann@example.com\""),
+            "invalid input syntax for type integer"
+        );
+        assert_eq!(
+            unquoted("value \"99999999999\" is out of range for type integer"),
+            "value \"…\" is out of range for type integer"
+        );
+        assert_eq!(unquoted("division by zero"), "division by zero");
     }
 }

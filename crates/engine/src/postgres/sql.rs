@@ -1,5 +1,5 @@
 //! The engine's statements as Postgres runs them: SQLite's `?1` becomes
-//! `$1`, and each value is sent as text of a type Postgres infers from
+//! `$1` (see `placeholders`), and each value is sent as text of a type Postgres infers from
 //! where it is used, so that every statement is a one-shot query (one round
 //! trip, no prepared statement: Hyperdrive runs them without pinning a
 //! connection).
@@ -7,28 +7,19 @@
 use bytes::BytesMut;
 use tokio_postgres::types::{to_sql_checked, Format, IsNull, ToSql, Type};
 
-use crate::d1::Value;
+use super::placeholders::numbered;
+use crate::d1::{Statement, Value};
 
-/// `sql` with each `?N` outside quotes written `$N`. An effect's SQL is
-/// written once, for both stores; only the placeholders differ.
-pub(crate) fn numbered(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len());
-    let mut quote: Option<char> = None;
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None if c == '\'' || c == '"' => quote = Some(c),
-            None if c == '?' && chars.peek().is_some_and(char::is_ascii_digit) => {
-                out.push('$');
-                continue;
-            }
-            None => {}
-        }
-        out.push(c);
+/// The statement as Postgres is sent it: its placeholders numbered, and a
+/// row lock ([`Statement::for_update`]) with its `FOR UPDATE`, which D1's
+/// batch leaves the statement out for (`store::without_row_locks`).
+pub(crate) fn text(statement: &Statement) -> String {
+    let sql = numbered(statement.sql);
+    if !statement.for_update {
+        return sql;
     }
-    out
+    let bare = sql.trim_end().trim_end_matches(';').trim_end();
+    format!("{bare} FOR UPDATE")
 }
 
 /// A value sent as text, its type left to Postgres to infer from where it
@@ -90,14 +81,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn placeholders_are_numbered_outside_quotes_only() {
-        assert_eq!(
-            numbered("UPDATE t SET a = ?1, b = '?2', \"c?3\" = ?10 WHERE d = ?2"),
-            "UPDATE t SET a = $1, b = '?2', \"c?3\" = $10 WHERE d = $2"
-        );
-        assert_eq!(numbered("SELECT 'it''s ?1', ?1"), "SELECT 'it''s ?1', $1");
-        // A bare `?` is not SQLite's numbered form: left for Postgres to refuse.
-        assert_eq!(numbered("SELECT ?"), "SELECT ?");
+    fn postgres_locks_exactly_the_rows_d1_leaves_out() {
+        let batch = [
+            Statement::new("SELECT 1 FROM a WHERE id = ?1;\n", vec![]).for_update(),
+            Statement::new("UPDATE a SET n = n + 1 WHERE id = ?1", vec![]),
+            Statement::new("SELECT 'FOR UPDATE' WHERE ?1 = 1", vec![]),
+        ];
+        let d1 = crate::store::without_row_locks(&batch);
+        for statement in &batch {
+            let locks = text(statement).ends_with(" FOR UPDATE");
+            assert_eq!(locks, !d1.contains(statement), "{}", statement.sql);
+        }
+        assert_eq!(text(&batch[0]), "SELECT 1 FROM a WHERE id = $1 FOR UPDATE");
+        assert_eq!(text(&batch[2]), "SELECT 'FOR UPDATE' WHERE $1 = 1");
     }
 
     #[test]
