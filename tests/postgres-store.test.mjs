@@ -7,9 +7,9 @@ import assert from "node:assert/strict";
 import { readFileSync, readdirSync } from "node:fs";
 import { after, before, test } from "node:test";
 
-import { freshDatabase, startPostgresWorker } from "./support/postgres.mjs";
+import { POSTGRES_BUILD, freshDatabase, startPostgresWorker } from "./support/postgres.mjs";
 import { FIRST, SOURCE_SECRETS, eventOf, send } from "./support/sources.mjs";
-import { eventually } from "./support/worker.mjs";
+import { eventually, startWorker } from "./support/worker.mjs";
 
 let pg;
 let w;
@@ -90,6 +90,49 @@ test(`${FIRST}: a database without the engine's newest migration: 500 naming it,
     await eventually(() => count() === 1, 20_000, "the alarm's retry");
     await untilDuplicate(worker, event);
     assert.equal(count(), 1);
+  } finally {
+    await worker.dispose();
+  }
+});
+
+test(`${FIRST}: an app's bug (fewer values than placeholders, 08P01) spends its attempts, then is listed failed and alerted, never a 503`, async () => {
+  const alerts = "http://alert.test/hook";
+  const worker = await startPostgresWorker(pg, { ...SOURCE_SECRETS, EFFECT_MAX_ATTEMPTS: "2", ALERT_URL: alerts });
+  const bug = { "x-test-fault": "bad-statement" };
+  const before = ledger();
+  try {
+    const event = eventOf(FIRST);
+    const key = `${FIRST}:${event.id}`;
+    const first = await send(worker, FIRST, event, bug);
+    assert.equal(first.status, 200, "the event is kept: the sender is not asked to come back");
+    assert.equal(first.body.outcome, "accepted");
+    const listed = () => worker.scalar("SELECT count(*) FROM failed_events WHERE source = ? AND event_id = ?", FIRST, event.id);
+    await eventually(async () => (await listed()) === 1, 20_000, "listed as failed");
+    const state = await worker.inboxState(key);
+    assert.equal(state.state, "failed");
+    assert.equal(state.effect_attempts, 2);
+    assert.match(state.last_error, /^postgres refused: 08P01 .*, in the effect's statement \d+ of \d+: SELECT \?1::text AS one, \?2::text AS two$/);
+    const tries = worker.logged("effect_failed").filter((line) => line.key === key);
+    assert.ok(tries.length >= 2 && tries.every((line) => /^postgres refused: 08P01 /.test(line.error)), JSON.stringify(tries));
+    const copy = await send(worker, FIRST, event, bug);
+    assert.equal(copy.status, 200);
+    const alerted = () => worker.target.to(alerts).filter((call) => JSON.parse(call.body).text.includes(event.id));
+    await eventually(() => alerted().length === 1, 20_000, "the operators' alert");
+    assert.match(JSON.parse(alerted()[0].body).text, /gave up: postgres refused: 08P01/);
+    assert.equal(ledger(), before, "nothing committed");
+  } finally {
+    await worker.dispose();
+  }
+});
+
+test("STORE = postgres without its Hyperdrive binding: 500 misconfigured naming it, nothing held", async () => {
+  const worker = await startWorker({ ...SOURCE_SECRETS, STORE: "postgres" }, { main: POSTGRES_BUILD });
+  try {
+    const event = eventOf(FIRST);
+    const reply = await worker.post(`/webhooks/${FIRST}`, event.body, event.headers);
+    assert.equal(reply.status, 500);
+    assert.deepEqual(await reply.json(), { error: "misconfigured" });
+    assert.match(worker.logged("delivery")[0].detail, /STORE = "postgres" needs the \[\[hyperdrive\]\] binding HYPERDRIVE/);
   } finally {
     await worker.dispose();
   }

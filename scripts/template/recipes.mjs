@@ -47,6 +47,28 @@ pub fn paid(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
     let receipt = email.map(|email| email.send().about("invoice", &invoice.id));
     Ok(Effect::new(writes).with(receipt))
 }
+
+/// \`cargo test\` runs these in seconds: the effect applied with its ledger
+/// row to a real database made from this copy's migrations.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::effects::EFFECTS;
+    use webhook_engine::testing::{self, row, Applied, TestDb};
+
+    const PAID: &str = r#"{"id":"evt_1","type":"invoice.paid","created":1700000000,"data":{"object":
+        {"id":"in_1","customer_email":"ann@example.com","amount_paid":4200,"currency":"eur"}}}"#;
+
+    #[test]
+    fn a_paid_invoice_is_written_once() {
+        let mut db = TestDb::new();
+        let event = testing::event("stripe", &[], PAID);
+        assert_eq!(db.apply(EFFECTS, &event), Applied::Now);
+        assert_eq!(db.apply(EFFECTS, &event), Applied::Earlier, "a copy writes nothing");
+        let invoices = db.rows("SELECT id, status, amount_paid, currency FROM invoices", vec![]);
+        assert_eq!(invoices, [row!["in_1", "paid", 4200, "eur"]]);
+    }
+}
 `;
 
 const INVOICES_SQL = `-- invoice.paid (src/effects/invoices.rs): one row per invoice.
@@ -206,7 +228,8 @@ export const RECIPES = [
     id: "a",
     title: "An effect: Stripe's `invoice.paid` upserts an invoice and sends one email",
     intro:
-      "Four files: the effect, its line in the table, its table, its test.\n" +
+      "Four files: the effect and its test, its line in the table, its table, its end-to-end test.\n" +
+      "`cargo test` runs the effect's test in seconds, against a real database made from your migrations.\n" +
       "It runs in the same transaction as the event's ledger row, so it happens once.\n" +
       "The email is written as intent in that transaction, and sent once through the outbox.",
     applies: (copy) => copy.providers.includes("stripe"),

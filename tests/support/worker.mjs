@@ -16,6 +16,19 @@ export const SECRETS = {
 };
 
 /**
+ * The effects that failed in this test file's workers, newest last: printed
+ * when one of its tests fails, so that a failing assertion on rows comes
+ * with the store's own error (the column, the constraint, the statement),
+ * which the worker logs but no reply carries.
+ */
+const effectFailures = [];
+process.on("exit", () => {
+  if (!process.exitCode || effectFailures.length === 0) return;
+  const shown = effectFailures.slice(-20).map(({ key, attempt, error }) => `  ${key} (attempt ${attempt}): ${error}`);
+  console.error(`The worker's effect_failed lines (the newest ${shown.length} of ${effectFailures.length}):\n${shown.join("\n")}`);
+});
+
+/**
  * A fake HTTP target for side effects (the email API, the chat webhook, the
  * dead-letter recorder): every outbound fetch of the workers lands here and
  * is recorded. `answer(call)` picks the status; 200 by default.
@@ -77,6 +90,11 @@ export async function startWorker(vars = {}, options = {}) {
     cf: false,
     handleStructuredLogs: ({ message }) => {
       logs.push(message);
+      if (message.includes('"effect_failed"')) {
+        try {
+          effectFailures.push(JSON.parse(message));
+        } catch {}
+      }
       if (process.env.WORKER_LOGS) console.error(Date.now() % 100000, message);
     },
     ...shared,

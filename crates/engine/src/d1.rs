@@ -146,6 +146,16 @@ pub(crate) fn shown(sql: &str) -> String {
     }
 }
 
+/// A D1 error as logs and an inbox's last error keep it: D1's own message
+/// (SQLite's: the table, column or constraint), without the runtime's
+/// stack, which `worker::Error`'s text carries.
+pub(crate) fn said(error: &worker::Error) -> String {
+    match error {
+        worker::Error::D1(d1) => format!("D1: {}", d1.cause()),
+        other => other.to_string(),
+    }
+}
+
 /// The D1 database holding the ledger and the business tables.
 pub const DB_BINDING: &str = "DB";
 

@@ -114,6 +114,10 @@ pub(crate) fn plan(
         let text = format!("test side effect of {}", event.key());
         effect.side_effects.push(ChatMessage::new(text).post());
     }
+    if fault == Some(Fault::BadStatement) {
+        let sql = "SELECT ?1::text AS one, ?2::text AS two";
+        effect.writes.push(Statement::new(sql, vec![Value::Int(1)]));
+    }
     Ok(batch(event, effect, now))
 }
 

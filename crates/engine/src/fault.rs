@@ -75,6 +75,10 @@ pub enum Fault {
     /// The event's effect also writes a test side effect, a chat message,
     /// so that a copy whose effects write none can prove its outbox.
     WithSideEffect,
+    /// The event's effect also runs a statement bound with fewer values than
+    /// its placeholders (an app's bug, which Postgres calls a protocol
+    /// violation): every attempt is refused, and the event ends failed.
+    BadStatement,
 }
 
 impl Fault {
@@ -116,6 +120,7 @@ impl Fault {
             "crash-before-arming" => Fault::CrashBeforeArming,
             "crash-after-reply" => Fault::CrashAfterReply,
             "with-side-effect" => Fault::WithSideEffect,
+            "bad-statement" => Fault::BadStatement,
             _ => return None,
         })
     }
@@ -143,6 +148,7 @@ impl Fault {
             Fault::ReportReplyLost(effect, reply) => format!("report-reply-lost:{effect}:{reply}"),
             Fault::DismissReplyLost(until) => format!("dismiss-reply-lost:{until}"),
             Fault::WithSideEffect => "with-side-effect".into(),
+            Fault::BadStatement => "bad-statement".into(),
         }
     }
 
@@ -247,6 +253,7 @@ mod tests {
             Fault::ReportReplyLost(1_700_000_000_000, 1_700_000_001_000),
             Fault::DismissReplyLost(1_700_000_000_000),
             Fault::WithSideEffect,
+            Fault::BadStatement,
         ] {
             let json = serde_json::to_string(&fault).unwrap();
             assert_eq!(json, format!("\"{}\"", fault.name()));

@@ -63,7 +63,7 @@ pub(crate) async fn apply(
     event: &VerifiedEvent,
     batch: &[Statement],
 ) -> Result<Applied, NotApplied> {
-    let failed = |e: worker::Error| NotApplied::Failed(e.to_string());
+    let failed = |e: worker::Error| NotApplied::Failed(crate::d1::said(&e));
     match store {
         Store::D1 => {
             let db = Db::from_env(env).map_err(failed)?;
