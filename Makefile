@@ -92,8 +92,7 @@ lint:
 
 ## The host tests: the engine's, and your effects' (src/effects/), each
 ## applied with its ledger row to a real database made from your
-## migrations: SQLite as D1 runs it, or in a Postgres copy its test
-## cluster (started if need be). docs/extend.md, "Test your effect".
+## migrations (docs/extend.md, "Test your effect").
 unit:
 	cargo test --workspace
 	cargo test -p webhook-engine --lib --no-default-features --features $(MINIMAL) providers::

@@ -214,7 +214,7 @@ if (!everything) makefile = makefile
   .replace(/^\tif \[ "\$\(STORE\)" = postgres \];.*\n/gm, "")
   .replace(/\$\(if \$\(filter postgres,\$\(STORE\)\),WORKER_FEATURES=\$\(POSTGRES\)\) /g, "")
   .replace(/ \$\(if \$\(STORE\),--store \$\(STORE\)\)/g, "");
-if (missing.has("postgres")) makefile = makefile.replace(/^\t.*--features postgres.*\n/gm, "").replace(/ --with-postgres/g, "");
+if (missing.has("postgres")) makefile = makefile.replace(/^\t.*--features postgres.*\n|^\t\$\(STOP_TEST_CLUSTER\)\n/gm, "").replace(/ --with-postgres/g, "");
 // A Postgres copy's own `cargo test` runs its effects on Postgres already.
 if (store === "postgres") makefile = makefile.replace(/^\tcargo test --lib --features postgres effects::\n/m, "");
 write("Makefile", makefile);

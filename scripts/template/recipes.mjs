@@ -64,9 +64,10 @@ mod tests {
         let mut db = TestDb::new();
         let event = testing::event("stripe", &[], PAID);
         assert_eq!(db.apply(EFFECTS, &event), Applied::Now);
-        assert_eq!(db.apply(EFFECTS, &event), Applied::Earlier, "a copy writes nothing");
-        let invoices = db.rows("SELECT id, status, amount_paid, currency FROM invoices", vec![]);
-        assert_eq!(invoices, [row!["in_1", "paid", 4200, "eur"]]);
+        let copy = db.apply(EFFECTS, &event);
+        assert_eq!(copy, Applied::Earlier, "a copy writes nothing");
+        let sql = "SELECT id, status, amount_paid, currency FROM invoices";
+        assert_eq!(db.rows(sql, vec![]), [row!["in_1", "paid", 4200, "eur"]]);
     }
 }
 `;
