@@ -21,7 +21,7 @@ STOP_TEST_CLUSTER := PG_CLUSTER=postgres-test $(if $(PG_DIR),PG_DIR=$(PG_DIR)-te
 # The build whose effects may commit in Postgres (docs/postgres.md).
 POSTGRES := stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,generic-hmac,admin,dashboard,postgres
 
-.PHONY: dev sink test test-copies setup setup-test setup-template build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench semver-check upgrade-drill store
+.PHONY: dev sink test test-copies setup setup-test setup-template build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench semver-check upgrade-drill store effect-bench
 
 ## Serve the worker on http://localhost:$(PORT) with local D1, Durable
 ## Objects and Queues (state in .wrangler/), secrets from .dev.vars, and the
@@ -189,6 +189,13 @@ template-check: setup
 ## Postgres, after make store (about 18 minutes).
 upgrade-drill: setup
 	sh scripts/template/upgrade-drill.sh
+
+# needs: template
+## How long `cargo test` takes to prove an effect in a Stripe-only copy of
+## each store (recipe (a)): the first run, after an edit, and with a
+## column misspelled; see the template's BENCHMARKS.md.
+effect-bench: setup
+	sh scripts/template/effect-bench.sh
 
 # needs: everything
 ## The worker's wasm size per feature set, and the cold start of the

@@ -63,7 +63,7 @@ prepare_outside() {
 # test's for the effects) on a port of the checkout's own, from its path,
 # so that two checkouts' test runs never meet on one.
 if [ "$CLUSTER" = postgres-test ]; then
-    PORT=${PG_PORT:-$((20000 + $(printf '%s' "$PWD" | cksum | cut -d' ' -f1) % 10000))}
+    PORT=${PG_PORT:-$((20000 + $(printf '%s' "$(pwd -P)" | cksum | cut -d' ' -f1) % 10000))}
 else
     PORT=${PG_PORT:-5433}
 fi
@@ -129,7 +129,9 @@ start() {
         -c "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1; then
         PGSSLMODE=disable PGPASSWORD=$PASSWORD psql -X -q -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d postgres -c "CREATE DATABASE \"$DB\""
     fi
-    migrate
+    # PG_MIGRATE=0: the server and the database alone (cargo test's harness
+    # makes a database of its own per test, migrations and all).
+    [ "${PG_MIGRATE:-1}" = 0 ] || migrate
 }
 
 # Each file of migrations-postgres/ once, in order, each in one transaction.

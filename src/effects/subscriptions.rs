@@ -50,27 +50,56 @@ pub fn set_state(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::effects::EFFECTS;
     use webhook_engine::effects::Value;
-    use webhook_engine::event::VerifiedEvent;
+    use webhook_engine::testing::{self, row, Applied, TestDb};
+
+    /// A subscription event as Stripe sends it, `created` at `at` (s).
+    fn event(id: &str, kind: &str, at: i64, status: &str) -> VerifiedEvent {
+        let body = format!(
+            r#"{{"id":"{id}","type":"customer.subscription.{kind}","created":{at},
+            "data":{{"object":{{"id":"sub_1","customer":"cus_1","status":"{status}"}}}}}}"#
+        );
+        testing::event("stripe", &[], &body)
+    }
+
+    fn state(db: &mut TestDb) -> Vec<Vec<Value>> {
+        let sql = "SELECT status, event_created, event_id FROM subscriptions";
+        db.rows(sql, vec![])
+    }
 
     #[test]
-    fn carries_the_event_time_as_the_version() {
-        let body = r#"{"created":1700,"data":{"object":{"id":"sub_1","customer":"cus_1","status":"active"}}}"#;
-        let mut event = VerifiedEvent::example("stripe", "customer.subscription.updated", body);
-        event.id = "evt_9".into();
-        let effect = set_state(&event, 5).unwrap();
-        let plan = effect.writes();
-        assert_eq!(
-            plan[0].params,
-            vec![
-                "sub_1".into(),
-                "cus_1".into(),
-                "active".into(),
-                Value::Int(1700),
-                "evt_9".into(),
-                Value::Int(5)
-            ]
-        );
+    fn the_newest_event_sets_the_state_whatever_the_order_it_arrives_in() {
+        let mut db = TestDb::new();
+        let newer = event("evt_2", "updated", 200, "past_due");
+        let older = event("evt_1", "updated", 100, "active");
+        assert_eq!(db.apply(EFFECTS, &newer), Applied::Now);
+        assert_eq!(db.apply(EFFECTS, &older), Applied::Now);
+        assert_eq!(state(&mut db), [row!["past_due", 200, "evt_2"]]);
+        // A copy of the newer one changes nothing.
+        assert_eq!(db.apply(EFFECTS, &newer), Applied::Earlier);
+        assert_eq!(state(&mut db), [row!["past_due", 200, "evt_2"]]);
+    }
+
+    #[test]
+    fn a_late_update_does_not_undo_a_cancellation() {
+        let mut db = TestDb::new();
+        db.apply(EFFECTS, &event("evt_1", "deleted", 200, "canceled"));
+        db.apply(EFFECTS, &event("evt_2", "updated", 100, "active"));
+        assert_eq!(state(&mut db), [row!["canceled", 200, "evt_1"]]);
+    }
+
+    #[test]
+    fn at_an_equal_second_a_cancellation_wins() {
+        let deleted = event("evt_1", "deleted", 300, "canceled");
+        let updated = event("evt_2", "updated", 300, "active");
+        for order in [[&deleted, &updated], [&updated, &deleted]] {
+            let mut db = TestDb::new();
+            for event in order {
+                db.apply(EFFECTS, event);
+            }
+            assert_eq!(state(&mut db), [row!["canceled", 300, "evt_1"]]);
+        }
     }
 
     #[test]

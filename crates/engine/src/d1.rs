@@ -113,6 +113,16 @@ impl Statement {
         self.for_update = true;
         self
     }
+
+    /// Why this statement cannot be what it is marked: only a `SELECT` is a
+    /// row lock. Refused on both stores, so that D1 never leaves out a
+    /// write marked by mistake.
+    pub(crate) fn misplaced_lock(&self) -> Option<String> {
+        let head = self.sql.trim_start().get(..6);
+        let select = head.is_some_and(|head| head.eq_ignore_ascii_case("select"));
+        (self.for_update && !select)
+            .then(|| "it is marked for_update(), which only a SELECT can be".to_string())
+    }
 }
 
 /// Whether D1 can bind `statement`'s values as they are: it binds
@@ -126,8 +136,8 @@ pub(crate) fn bindable(statement: &Statement) -> std::result::Result<(), String>
     match statement.params.iter().position(beyond) {
         None => Ok(()),
         Some(i) => Err(format!(
-            "parameter ?{} of `{}` is an integer beyond 2^53, which D1 cannot bind exactly \
-             (it binds JavaScript numbers): send it as text",
+            "parameter ?{} of `{}` is an integer beyond ±(2^53 - 1), which D1 cannot bind \
+             exactly (it binds JavaScript numbers): send it as text",
             i + 1,
             shown(statement.sql)
         )),

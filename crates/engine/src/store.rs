@@ -70,7 +70,7 @@ pub(crate) async fn apply(
             if let Some(behind) = d1_behind(&db).await {
                 return Err(NotApplied::Behind(behind));
             }
-            let batch = without_row_locks(batch);
+            let batch = without_row_locks(batch).map_err(NotApplied::Failed)?;
             ledger::apply(&db, event, &batch).await.map_err(failed)
         }
         #[cfg(feature = "postgres")]
@@ -123,12 +123,20 @@ async fn d1_behind(db: &Db) -> Option<Behind> {
 /// A row lock ([`Statement::for_update`]) keeps two events' Postgres
 /// transactions from writing one row at once (docs/postgres.md); D1 runs
 /// each batch alone and knows no `FOR UPDATE`, so it is left out there.
-/// One effect, either store.
-pub(crate) fn without_row_locks(batch: &[Statement]) -> Cow<'_, [Statement]> {
-    if !batch.iter().any(|s| s.for_update) {
-        return Cow::Borrowed(batch);
+/// One effect, either store. A write marked as a lock is refused, never
+/// left out.
+pub(crate) fn without_row_locks(batch: &[Statement]) -> Result<Cow<'_, [Statement]>, String> {
+    for statement in batch {
+        if let Some(why) = statement.misplaced_lock() {
+            return Err(format!("{why}: {}", crate::d1::shown(statement.sql)));
+        }
     }
-    Cow::Owned(batch.iter().filter(|s| !s.for_update).cloned().collect())
+    if !batch.iter().any(|s| s.for_update) {
+        return Ok(Cow::Borrowed(batch));
+    }
+    Ok(Cow::Owned(
+        batch.iter().filter(|s| !s.for_update).cloned().collect(),
+    ))
 }
 
 #[cfg(not(feature = "postgres"))]
@@ -192,7 +200,19 @@ mod tests {
         // Text is not a flag: SQLite refuses it, and the harness says so.
         let text = Statement::new("SELECT 1 FROM accounts\nFOR UPDATE NOWAIT", vec![]);
         let batch = [lock, write.clone(), text.clone()];
-        assert_eq!(without_row_locks(&batch).as_ref(), [write.clone(), text]);
-        assert!(matches!(without_row_locks(&[write]), Cow::Borrowed(_)));
+        let d1 = without_row_locks(&batch).unwrap();
+        assert_eq!(d1.as_ref(), [write.clone(), text]);
+        assert!(matches!(
+            without_row_locks(std::slice::from_ref(&write)),
+            Ok(Cow::Borrowed(_))
+        ));
+        let marked = write.for_update();
+        let refused = without_row_locks(&[marked]).unwrap_err();
+        assert!(
+            refused.ends_with(
+                "only a SELECT can be: UPDATE accounts SET balance = balance + ?2 WHERE id = ?1"
+            ),
+            "{refused}"
+        );
     }
 }

@@ -116,8 +116,7 @@ async fn transact(
         .iter()
         .filter(|s| Row::of(event, s).is_none())
         .collect();
-    if let Some(write) = writes.iter().find(|s| !sql::sendable(s.sql, &s.params)) {
-        let why = format!("a statement Postgres cannot be sent: {:.60}", write.sql);
+    if let Some(why) = sql::refusal(&writes) {
         return Err(PgError::Refused(why));
     }
     let rows: Vec<Row> = batch.iter().filter_map(|s| Row::of(event, s)).collect();

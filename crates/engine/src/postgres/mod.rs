@@ -31,11 +31,11 @@ use crate::migrations::{self, Behind};
 pub(crate) use apply::{apply, dismiss, dismissed, handled};
 pub(crate) use handoff::run as relay;
 #[cfg(feature = "testing")]
+pub(crate) use sql::{params, typed, unsendable};
+#[cfg(feature = "testing")]
 pub(crate) use {apply::LEDGER_INSERT, handoff::Row, placeholders::numbered, sql::text};
 #[cfg(feature = "testing")]
-pub(crate) use {
-    handoff::encode as encode_row, handoff::INSERT as INSERT_ROW, sql::params, sql::typed,
-};
+pub(crate) use {handoff::encode as encode_row, handoff::INSERT as INSERT_ROW};
 
 /// The Hyperdrive binding of the database (wrangler.toml's `[[hyperdrive]]`).
 pub const HYPERDRIVE_BINDING: &str = "HYPERDRIVE";
@@ -137,7 +137,7 @@ impl From<tokio_postgres::Error> for PgError {
         let why = described(db);
         if code == "57014" {
             PgError::Slow(why)
-        } else if is_unavailable(code) {
+        } else if is_unavailable(code, db.message()) {
             PgError::Unavailable(why)
         } else {
             PgError::Refused(why)
@@ -154,11 +154,13 @@ impl From<worker::Error> for PgError {
 /// SQLSTATE classes of a server that will not serve now, whatever the
 /// statement: connection (08), authorization (28), resources (53), an
 /// operator's or a crash's shutdown (57P), a missing database (3D000).
-/// Not 08P01: Postgres says "protocol violation" of a statement bound with
-/// fewer values than its placeholders, an app's bug that no wait mends.
-fn is_unavailable(code: &str) -> bool {
+/// But the 08P01 Postgres raises for a statement bound with fewer values
+/// than its placeholders: an app's bug, which no wait mends (a pooler's
+/// own 08P01, a lost server, is an outage).
+fn is_unavailable(code: &str, message: &str) -> bool {
     let classes = ["08", "28", "53", "57P"];
-    (classes.iter().any(|class| code.starts_with(class)) && code != "08P01") || code == "3D000"
+    let app_bug = code == "08P01" && message.starts_with("bind message supplies");
+    (classes.iter().any(|class| code.starts_with(class)) && !app_bug) || code == "3D000"
 }
 
 /// Whether a client-side error is the connection's: tokio-postgres says
@@ -166,7 +168,7 @@ fn is_unavailable(code: &str) -> bool {
 /// it raised (a value it could not encode, a row it could not decode) is
 /// the statement's.
 fn lost_connection(error: &tokio_postgres::Error) -> bool {
-    const CONNECTION: [&str; 8] = [
+    const CONNECTION: [&str; 10] = [
         "error communicating with the server",
         "connection closed",
         "error connecting to server",
@@ -175,6 +177,9 @@ fn lost_connection(error: &tokio_postgres::Error) -> bool {
         "authentication error",
         "unexpected message from server",
         "error parsing response from server",
+        // Hyperdrive's connection string: the platform's, not the app's.
+        "invalid connection string",
+        "invalid configuration",
     ];
     let said = error.to_string();
     error.is_closed() || CONNECTION.iter().any(|kind| said.starts_with(kind))
@@ -182,15 +187,12 @@ fn lost_connection(error: &tokio_postgres::Error) -> bool {
 
 /// A server error as logs and the inbox keep it: its SQLSTATE, its message,
 /// and the constraint, table, column or type it names. Never its detail,
-/// which quotes the row; and a data exception's (class 22) message quotes
-/// the value it refused, so its quoted parts are left out.
+/// which quotes the row. A data exception (class 22) quotes the value it
+/// refused, and a `RAISE` (class P0) says whatever its author wrote: theirs
+/// is a fixed name for their SQLSTATE instead of their message.
 pub(crate) fn described(db: &tokio_postgres::error::DbError) -> String {
     let code = db.code().code();
-    let message = if code.starts_with("22") {
-        unquoted(db.message())
-    } else {
-        db.message().to_string()
-    };
+    let message = condition(code).unwrap_or_else(|| db.message());
     let named = [
         ("constraint", db.constraint()),
         ("table", db.table()),
@@ -207,15 +209,40 @@ pub(crate) fn described(db: &tokio_postgres::error::DbError) -> String {
     }
 }
 
-/// A data exception's message without the value it quotes: what follows
-/// its `: `, and each `"…"`.
-fn unquoted(message: &str) -> String {
-    let head = message.split(": ").next().unwrap_or_default();
-    let parts = head.split('"').enumerate();
-    let parts: Vec<&str> = parts
-        .map(|(i, p)| if i % 2 == 1 { "…" } else { p })
-        .collect();
-    parts.join("\"")
+/// The condition name of a SQLSTATE whose message may carry a value
+/// (Postgres's appendix A); `None` for the others, whose message is kept.
+fn condition(code: &str) -> Option<&'static str> {
+    const NAMES: [(&str, &str); 19] = [
+        ("22001", "string_data_right_truncation"),
+        ("22003", "numeric_value_out_of_range"),
+        ("22004", "null_value_not_allowed"),
+        ("22007", "invalid_datetime_format"),
+        ("22008", "datetime_field_overflow"),
+        ("22012", "division_by_zero"),
+        ("22018", "invalid_character_value_for_cast"),
+        ("22021", "character_not_in_repertoire"),
+        ("22023", "invalid_parameter_value"),
+        ("22026", "string_data_length_mismatch"),
+        ("22030", "duplicate_json_object_key_value"),
+        ("22032", "invalid_json_text"),
+        ("22P02", "invalid_text_representation"),
+        ("22P05", "untranslatable_character"),
+        ("P0000", "plpgsql_error"),
+        ("P0001", "raise_exception"),
+        ("P0002", "no_data_found"),
+        ("P0003", "too_many_rows"),
+        ("P0004", "assert_failure"),
+    ];
+    let named = NAMES
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map(|(_, name)| *name);
+    match (named, code.get(..2)) {
+        (Some(name), _) => Some(name),
+        (None, Some("22")) => Some("data_exception"),
+        (None, Some("P0")) => Some("plpgsql_error"),
+        _ => None,
+    }
 }
 
 /// Runs `work` on a new connection to the database, polling the connection
@@ -266,24 +293,27 @@ mod tests {
 
     #[test]
     fn a_server_that_will_not_serve_is_unavailable_a_refused_statement_is_not() {
-        for code in ["08006", "28P01", "53300", "57P01", "57P03", "3D000"] {
-            assert!(is_unavailable(code), "{code}");
+        for code in [
+            "08006", "28P01", "53300", "57P01", "57P03", "3D000", "08P01",
+        ] {
+            assert!(
+                is_unavailable(code, "server closed the connection"),
+                "{code}"
+            );
         }
-        for code in ["23505", "42P01", "22P02", "40001", "57014", "08P01"] {
-            assert!(!is_unavailable(code), "{code}");
+        for code in ["23505", "42P01", "22P02", "40001", "57014"] {
+            assert!(!is_unavailable(code, ""), "{code}");
         }
+        let bind = "bind message supplies 1 parameters, but prepared statement \"\" requires 2";
+        assert!(!is_unavailable("08P01", bind));
     }
 
     #[test]
-    fn a_refused_value_is_not_quoted() {
-        assert_eq!(
-            unquoted("invalid input syntax for type integer: \"ann@example.com\""),
-            "invalid input syntax for type integer"
-        );
-        assert_eq!(
-            unquoted("value \"99999999999\" is out of range for type integer"),
-            "value \"…\" is out of range for type integer"
-        );
-        assert_eq!(unquoted("division by zero"), "division by zero");
+    fn a_message_that_may_carry_a_value_is_a_fixed_name() {
+        assert_eq!(condition("22P02"), Some("invalid_text_representation"));
+        assert_eq!(condition("22999"), Some("data_exception"));
+        assert_eq!(condition("P0001"), Some("raise_exception"));
+        assert_eq!(condition("23505"), None);
+        assert_eq!(condition("42703"), None);
     }
 }

@@ -7,27 +7,79 @@
 /// `sql` with each `?N` that Postgres would read as SQL written `$N`.
 /// Everything else is copied as it is, so the text keeps its length.
 pub(crate) fn numbered(sql: &str) -> String {
-    let bytes = sql.as_bytes();
     let mut out = String::with_capacity(sql.len());
-    let (mut at, mut copied) = (0, 0);
-    while at < bytes.len() {
-        at = match bytes[at] {
-            b'\'' => quoted_end(bytes, at, b'\'', escape_string(bytes, at)),
-            b'"' => quoted_end(bytes, at, b'"', false),
-            b'-' if bytes.get(at + 1) == Some(&b'-') => line_end(bytes, at),
-            b'/' if bytes.get(at + 1) == Some(&b'*') => comment_end(bytes, at),
-            b'$' => dollar_end(bytes, at).unwrap_or(at + 1),
-            b'?' if bytes.get(at + 1).is_some_and(u8::is_ascii_digit) => {
-                out.push_str(&sql[copied..at]);
-                out.push('$');
-                copied = at + 1;
-                at + 1
-            }
-            _ => at + 1,
-        };
+    let mut copied = 0;
+    for (token, at, _) in tokens(sql) {
+        if token == Token::Placeholder {
+            out.push_str(&sql[copied..at]);
+            out.push('$');
+            copied = at + 1;
+        }
     }
     out.push_str(&sql[copied..]);
     out
+}
+
+/// The highest `N` of the `?N` Postgres would read (0 for none): how many
+/// values the statement must be bound with.
+pub(crate) fn highest(sql: &str) -> usize {
+    let digits = |at: usize| {
+        let run = sql[at + 1..].bytes().take_while(u8::is_ascii_digit).count();
+        sql[at + 1..at + 1 + run]
+            .parse::<usize>()
+            .unwrap_or(usize::MAX)
+    };
+    tokens(sql)
+        .filter(|(token, _, _)| *token == Token::Placeholder)
+        .map(|(_, at, _)| digits(at))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Where the SQL itself ends: past its last byte that is neither white
+/// space nor a comment. What follows it is kept after anything appended.
+pub(crate) fn code_end(sql: &str) -> usize {
+    tokens(sql)
+        .filter(|(token, _, _)| !matches!(token, Token::Space | Token::Comment))
+        .map(|(_, _, end)| end)
+        .last()
+        .unwrap_or(0)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Token {
+    /// SQL, a quoted string or identifier, a dollar-quoted body.
+    Code,
+    /// A `?` followed by a digit (the digits are the next tokens).
+    Placeholder,
+    Comment,
+    Space,
+}
+
+/// Each token of `sql` as Postgres reads it: its kind, start and end.
+fn tokens(sql: &str) -> impl Iterator<Item = (Token, usize, usize)> + '_ {
+    let bytes = sql.as_bytes();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let start = at;
+        let (token, end) = match *bytes.get(at)? {
+            b'\'' => (
+                Token::Code,
+                quoted_end(bytes, at, b'\'', escape_string(bytes, at)),
+            ),
+            b'"' => (Token::Code, quoted_end(bytes, at, b'"', false)),
+            b'-' if bytes.get(at + 1) == Some(&b'-') => (Token::Comment, line_end(bytes, at)),
+            b'/' if bytes.get(at + 1) == Some(&b'*') => (Token::Comment, comment_end(bytes, at)),
+            b'$' => (Token::Code, dollar_end(bytes, at).unwrap_or(at + 1)),
+            b'?' if bytes.get(at + 1).is_some_and(u8::is_ascii_digit) => {
+                (Token::Placeholder, at + 1)
+            }
+            b if b.is_ascii_whitespace() => (Token::Space, at + 1),
+            _ => (Token::Code, at + 1),
+        };
+        at = end;
+        Some((token, start, end))
+    })
 }
 
 /// Whether a letter or digit of an identifier (or a non-ASCII byte, which
@@ -164,6 +216,18 @@ mod tests {
     }
 
     #[test]
+    fn the_highest_placeholder_and_the_end_of_the_code_are_found_past_text() {
+        assert_eq!(highest("SELECT ?2, ?10, '?99' -- ?50"), 10);
+        assert_eq!(highest("SELECT 1"), 0);
+        assert_eq!(
+            code_end("SELECT 1; -- it's\n  /* ?1 */ \n"),
+            "SELECT 1;".len()
+        );
+        assert_eq!(code_end("SELECT '--'"), "SELECT '--'".len());
+        assert_eq!(code_end(" -- all comment"), 0);
+    }
+
+    #[test]
     fn unterminated_text_runs_to_the_end() {
         for sql in ["SELECT '?1", "SELECT \"?1", "SELECT /* ?1", "SELECT $x$ ?1"] {
             assert_eq!(numbered(sql), sql);
@@ -180,7 +244,11 @@ mod tests {
             proptest::string::string_regex(&pattern).unwrap()
         };
         prop_oneof![
-            "[a-z_][a-z0-9_]{0,8}|[(),=<>*+]|\\?[|&]?".prop_map(same),
+            "[a-zé_][a-z0-9é_€]{0,8}|[(),=<>*+]|\\?[|&]?".prop_map(same),
+            text("'").prop_map(move |s| same(format!(
+                "E'{}'",
+                s.replace('\\', "\\\\").replace('\'', "\\'")
+            ))),
             (1..1000u32).prop_map(|n| (format!("?{n}"), format!("${n}"))),
             text("'").prop_map(move |s| same(format!("'{}'", s.replace('\'', "''")))),
             text("\"").prop_map(move |s| same(format!("\"{}\"", s.replace('"', "\"\"")))),

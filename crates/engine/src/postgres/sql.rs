@@ -7,8 +7,8 @@
 use bytes::BytesMut;
 use tokio_postgres::types::{to_sql_checked, Format, IsNull, ToSql, Type};
 
-use super::placeholders::numbered;
-use crate::d1::{Statement, Value};
+use super::placeholders::{code_end, highest, numbered};
+use crate::d1::{shown, Statement, Value};
 
 /// The statement as Postgres is sent it: its placeholders numbered, and a
 /// row lock ([`Statement::for_update`]) with its `FOR UPDATE`, which D1's
@@ -18,8 +18,10 @@ pub(crate) fn text(statement: &Statement) -> String {
     if !statement.for_update {
         return sql;
     }
-    let bare = sql.trim_end().trim_end_matches(';').trim_end();
-    format!("{bare} FOR UPDATE")
+    // Before a trailing comment, which would swallow it, and a `;`.
+    let end = code_end(&sql);
+    let code = sql[..end].strip_suffix(';').unwrap_or(&sql[..end]);
+    format!("{code} FOR UPDATE{}", &sql[end..])
 }
 
 /// A value sent as text, its type left to Postgres to infer from where it
@@ -69,11 +71,33 @@ pub(crate) fn typed<'a>(params: &'a [Param<'a>]) -> Vec<(&'a (dyn ToSql + Sync),
         .collect()
 }
 
-/// What Postgres cannot be sent at all (the client refuses it before the
-/// server sees it, and a pipelined `COMMIT` would commit the rest without
-/// it): checked before the transaction's writes go.
-pub(crate) fn sendable(sql: &str, values: &[Value]) -> bool {
-    !sql.contains('\0') && values.len() <= i16::MAX as usize
+/// Why a statement is not sent at all: what the client would refuse before
+/// the server sees it (a pipelined `COMMIT` would then commit the rest
+/// without it), fewer values than its placeholders (an app's bug, whatever
+/// words the server would find for it), a write marked as a row lock.
+/// Checked before the transaction's writes go.
+pub(crate) fn unsendable(statement: &Statement) -> Option<String> {
+    let (sql, bound) = (statement.sql, statement.params.len());
+    let uses = highest(sql);
+    if sql.contains('\0') {
+        Some("it holds a NUL byte".into())
+    } else if bound > i16::MAX as usize {
+        Some(format!("it binds {bound} values, more than Postgres takes"))
+    } else if uses > bound {
+        let values = if bound == 1 { "value" } else { "values" };
+        Some(format!("it uses ?{uses} but binds {bound} {values}"))
+    } else {
+        statement.misplaced_lock()
+    }
+}
+
+/// The first of an effect's `writes` not to be sent, and why, naming it.
+pub(crate) fn refusal(writes: &[&Statement]) -> Option<String> {
+    writes.iter().enumerate().find_map(|(i, write)| {
+        let why = unsendable(write)?;
+        let which = format!("the effect's statement {} of {}", i + 1, writes.len());
+        Some(format!("{which} is not sent: {why}: {}", shown(write.sql)))
+    })
 }
 
 #[cfg(test)]
@@ -86,14 +110,20 @@ mod tests {
             Statement::new("SELECT 1 FROM a WHERE id = ?1;\n", vec![]).for_update(),
             Statement::new("UPDATE a SET n = n + 1 WHERE id = ?1", vec![]),
             Statement::new("SELECT 'FOR UPDATE' WHERE ?1 = 1", vec![]),
+            Statement::new("select 2 -- lock it\n", vec![]).for_update(),
         ];
-        let d1 = crate::store::without_row_locks(&batch);
+        let d1 = crate::store::without_row_locks(&batch).unwrap();
         for statement in &batch {
-            let locks = text(statement).ends_with(" FOR UPDATE");
+            let locks = text(statement) != numbered(statement.sql);
             assert_eq!(locks, !d1.contains(statement), "{}", statement.sql);
         }
-        assert_eq!(text(&batch[0]), "SELECT 1 FROM a WHERE id = $1 FOR UPDATE");
+        assert_eq!(
+            text(&batch[0]),
+            "SELECT 1 FROM a WHERE id = $1 FOR UPDATE\n"
+        );
         assert_eq!(text(&batch[2]), "SELECT 'FOR UPDATE' WHERE $1 = 1");
+        // A trailing comment does not swallow the lock.
+        assert_eq!(text(&batch[3]), "select 2 FOR UPDATE -- lock it\n");
     }
 
     #[test]
@@ -119,7 +149,10 @@ mod tests {
         );
         let params = params(&values);
         assert!(typed(&params).iter().all(|(_, ty)| *ty == Type::UNKNOWN));
-        assert!(sendable("SELECT ?1", &values));
-        assert!(!sendable("SELECT '\0'", &values));
+        let sent = |sql: &'static str| unsendable(&Statement::new(sql, values.to_vec()));
+        assert_eq!(sent("SELECT ?1, ?4, '?9'"), None);
+        assert_eq!(sent("SELECT '\0'"), Some("it holds a NUL byte".into()));
+        let five = sent("SELECT ?5");
+        assert_eq!(five.as_deref(), Some("it uses ?5 but binds 4 values"));
     }
 }

@@ -41,7 +41,9 @@ fn start() -> Result<String, String> {
             .args(["scripts/postgres.sh", verb])
             .current_dir(root)
             .env("PG_CLUSTER", "postgres-test")
-            .env("PG_DB", "harness")
+            // The server alone: each test makes a database of its own.
+            .env("PG_DB", "postgres")
+            .env("PG_MIGRATE", "0")
             // The test cluster's own port, from the checkout's path.
             .env_remove("PG_PORT");
         if let Some(dir) = std::env::var_os("PG_DIR") {

@@ -25,7 +25,7 @@ mod sqlite;
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::d1::{Statement, Value};
+use crate::d1::Value;
 use crate::effects::{self, Effects};
 use crate::event::VerifiedEvent;
 pub use crate::ledger::Applied;
@@ -116,7 +116,7 @@ impl TestDb {
         }
     }
 
-    /// A schema of its own in the copy's test Postgres (started if need
+    /// A database of its own in the copy's test Postgres (started if need
     /// be: `scripts/postgres.sh`), made from `migrations-postgres/` in
     /// order. `TEST_POSTGRES_URL` names another server instead.
     #[cfg(feature = "postgres")]
@@ -175,7 +175,7 @@ impl TestDb {
             #[cfg(feature = "postgres")]
             Backend::Postgres(db) => db.apply(event, &plan),
         };
-        applied.map_err(|(statement, error)| failed(statement.map(|s| s.sql), error))
+        applied.map_err(|(sql, error)| failed(sql, error))
     }
 
     /// The rows `sql` returns, `?1`, `?2`, … bound to `params`: integers as
@@ -260,8 +260,10 @@ fn migrations(dir: &str) -> Vec<(String, String)> {
     files
         .into_iter()
         .map(|path| {
-            let sql = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let sql = match std::fs::read_to_string(&path) {
+                Ok(sql) => sql,
+                Err(e) => panic!("{}: {e}", path.display()),
+            };
             (
                 path.file_name()
                     .unwrap_or_default()
@@ -273,8 +275,9 @@ fn migrations(dir: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A statement that failed, if one did, and the database's error.
-type Refusal<'a> = (Option<&'a Statement>, String);
+/// The SQL of the statement that failed, if one did, and the database's
+/// error.
+type Refusal = (Option<&'static str>, String);
 
 #[cfg(test)]
 mod tests;

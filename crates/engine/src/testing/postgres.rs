@@ -1,66 +1,85 @@
 //! The Postgres backend: the effect's statements sent as the worker sends
 //! them (placeholders numbered, values as text of an inferred type, the
-//! ledger row `ON CONFLICT DO NOTHING`, the outbox rows as hand-off rows),
-//! in one transaction, in a schema of the test's own.
+//! ledger row `ON CONFLICT DO NOTHING`, then the writes, then the rows it
+//! hands off to D1), in one transaction, in a database of the test's own
+//! (so that a migration's `CREATE EXTENSION` is the test's own too).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use postgres_client::types::{ToSql, Type};
 use postgres_client::{Client, NoTls, Row};
 
 use super::{cluster, Refusal};
-use crate::d1::Value;
+use crate::d1::{Statement, Value};
 use crate::effects::Plan;
 use crate::event::VerifiedEvent;
 use crate::ledger::{self, Applied};
 use crate::postgres as pg;
 
+/// A database of the test's own, dropped with it.
 pub(super) struct Postgres {
     client: Client,
-    schema: String,
+    name: String,
 }
 
 impl Postgres {
-    /// A new schema on the test cluster, `migrations` applied in it in
+    /// A new database on the test cluster, `migrations` applied in it in
     /// order, each in one transaction.
     pub(super) fn open(migrations: &[(String, String)]) -> Result<Postgres, String> {
-        static SCHEMAS: AtomicUsize = AtomicUsize::new(0);
-        let url = cluster::postgres_url()?;
-        let mut client = Client::connect(&url, NoTls)
-            .map_err(|e| format!("the test Postgres ({url}): {}", said(&e)))?;
-        let schema = format!(
-            "harness_{}_{}",
+        static DATABASES: AtomicUsize = AtomicUsize::new(0);
+        let (pid, n) = (
             std::process::id(),
-            SCHEMAS.fetch_add(1, Ordering::Relaxed)
+            DATABASES.fetch_add(1, Ordering::Relaxed),
         );
-        let setup = format!(
-            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}; \
-             SET search_path TO {schema}; SET client_min_messages TO warning"
-        );
-        client.batch_execute(&setup).map_err(|e| said(&e))?;
-        let mut db = Postgres { client, schema };
-        for (name, sql) in migrations {
+        let name = format!("harness_{pid}_{n}");
+        maintain(&format!("CREATE DATABASE {name}"))?;
+        let mut config: postgres_client::Config =
+            cluster::postgres_url()?.parse().map_err(|e| said(&e))?;
+        config.dbname(&name);
+        let client = match config.connect(NoTls) {
+            Ok(client) => client,
+            Err(e) => {
+                let _ = maintain(&format!("DROP DATABASE IF EXISTS {name}"));
+                return Err(said(&e));
+            }
+        };
+        // Dropped with its database from here on, whatever fails next.
+        let mut db = Postgres { client, name };
+        db.client
+            .batch_execute("SET client_min_messages TO warning")
+            .map_err(|e| said(&e))?;
+        for (file, sql) in migrations {
             let mut tx = db.client.transaction().map_err(|e| said(&e))?;
             tx.batch_execute(sql)
-                .map_err(|e| format!("migrations-postgres/{name} does not apply: {}", said(&e)))?;
+                .map_err(|e| format!("migrations-postgres/{file} does not apply: {}", said(&e)))?;
             tx.commit().map_err(|e| said(&e))?;
         }
         Ok(db)
     }
 
-    /// The plan's batch in one transaction, as the worker commits it.
-    pub(super) fn apply<'a>(
-        &mut self,
-        event: &VerifiedEvent,
-        plan: &'a Plan,
-    ) -> Result<Applied, Refusal<'a>> {
+    /// The plan's batch in one transaction, as `postgres::apply` commits it:
+    /// what cannot be sent is refused first; the ledger row, and on a clash
+    /// the row it clashed with; the effect's writes; the hand-off rows.
+    pub(super) fn apply(&mut self, event: &VerifiedEvent, plan: &Plan) -> Result<Applied, Refusal> {
         let Some((ledger, rest)) = plan.batch.split_first() else {
             return Err((None, "an empty batch".into()));
         };
-        let now = event.received_at + 1;
+        let writes: Vec<&Statement> = rest
+            .iter()
+            .filter(|s| pg::Row::of(event, s).is_none())
+            .collect();
+        if let Some(write) = writes.iter().find(|s| pg::unsendable(s).is_some()) {
+            return Err((Some(write.sql), pg::unsendable(write).unwrap_or_default()));
+        }
+        let rows: Vec<pg::Row> = plan
+            .batch
+            .iter()
+            .filter_map(|s| pg::Row::of(event, s))
+            .collect();
         let mut tx = self.client.transaction().map_err(|e| (None, said(&e)))?;
         let inserted = query(&mut tx, pg::LEDGER_INSERT, &ledger.params)
-            .map_err(|e| (Some(ledger), said(&e)))?;
+            .map_err(|e| (Some(ledger.sql), said(&e)))?;
         if inserted.is_empty() {
             let holder = ledger::holder(event);
             let held = query(&mut tx, &pg::text(&holder), &holder.params);
@@ -70,22 +89,21 @@ impl Postgres {
                 None => Err((None, ledger::NO_HOLDER.into())),
             };
         }
-        for statement in rest {
-            let result = match pg::Row::of(event, statement) {
-                None => query(&mut tx, &pg::text(statement), &statement.params),
-                Some(row) => {
-                    let params = [
-                        Value::Text(row.kind.name().into()),
-                        Value::Text(row.key.clone()),
-                        Value::Text(event.source.clone()),
-                        Value::Text(event.id.clone()),
-                        Value::Text(pg::encode_row(&row.params)),
-                        Value::Int(now),
-                    ];
-                    query(&mut tx, pg::INSERT_ROW, &params)
-                }
-            };
-            result.map_err(|e| (Some(statement), said(&e)))?;
+        for write in writes {
+            query(&mut tx, &pg::text(write), &write.params)
+                .map_err(|e| (Some(write.sql), said(&e)))?;
+        }
+        let now = event.received_at + 1;
+        for row in rows {
+            let params = [
+                Value::Text(row.kind.name().into()),
+                Value::Text(row.key.clone()),
+                Value::Text(event.source.clone()),
+                Value::Text(event.id.clone()),
+                Value::Text(pg::encode_row(&row.params)),
+                Value::Int(now),
+            ];
+            query(&mut tx, pg::INSERT_ROW, &params).map_err(|e| (None, said(&e)))?;
         }
         tx.commit().map_err(|e| (None, said(&e)))?;
         Ok(Applied::Now)
@@ -103,9 +121,47 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let drop = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
-        let _ = self.client.batch_execute(&drop);
+        let _ = maintain(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ));
     }
+}
+
+/// Runs `sql` on the cluster's own database `postgres`, one connection per
+/// process: creating and dropping the tests' databases. The first call
+/// drops those a killed test process left.
+fn maintain(sql: &str) -> Result<(), String> {
+    static CLIENT: OnceLock<Result<Mutex<Client>, String>> = OnceLock::new();
+    let client = CLIENT.get_or_init(|| {
+        let mut client = Client::connect(&cluster::postgres_url()?, NoTls).map_err(|e| said(&e))?;
+        for name in left_behind(&mut client) {
+            let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        }
+        Ok(Mutex::new(client))
+    });
+    let client = client.as_ref().map_err(Clone::clone)?;
+    let mut client = client
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    client.batch_execute(sql).map_err(|e| said(&e))
+}
+
+/// The tests' databases whose process is gone (where `/proc` tells).
+fn left_behind(client: &mut Client) -> Vec<String> {
+    if !std::path::Path::new("/proc/self").exists() {
+        return Vec::new();
+    }
+    let sql = "SELECT datname FROM pg_database WHERE datname LIKE 'harness\\_%'";
+    let names: Vec<String> = match client.query(sql, &[]) {
+        Ok(rows) => rows.iter().map(|row| row.get(0)).collect(),
+        Err(_) => return Vec::new(),
+    };
+    let gone = |name: &String| {
+        let pid = name.split('_').nth(1).unwrap_or_default();
+        !std::path::Path::new("/proc").join(pid).exists()
+    };
+    names.into_iter().filter(gone).collect()
 }
 
 /// One statement, its values sent as the worker sends them.
@@ -140,25 +196,25 @@ fn read(row: &Row) -> Result<Vec<Value>, String> {
     let value = |i: usize| -> Result<Value, postgres_client::Error> {
         let ty = row.columns()[i].type_();
         Ok(match *ty {
-            Type::INT2 => row.get::<_, Option<i16>>(i).map(i64::from).into(),
-            Type::INT4 => row.get::<_, Option<i32>>(i).map(i64::from).into(),
-            Type::INT8 => row.get::<_, Option<i64>>(i).into(),
-            Type::FLOAT4 => row.get::<_, Option<f32>>(i).map(f64::from).into(),
-            Type::FLOAT8 => row.get::<_, Option<f64>>(i).into(),
-            Type::BOOL => row.get::<_, Option<bool>>(i).map(i64::from).into(),
+            Type::INT2 => row.try_get::<_, Option<i16>>(i)?.map(i64::from).into(),
+            Type::INT4 => row.try_get::<_, Option<i32>>(i)?.map(i64::from).into(),
+            Type::INT8 => row.try_get::<_, Option<i64>>(i)?.into(),
+            Type::FLOAT4 => row.try_get::<_, Option<f32>>(i)?.map(f64::from).into(),
+            Type::FLOAT8 => row.try_get::<_, Option<f64>>(i)?.into(),
+            Type::BOOL => row.try_get::<_, Option<bool>>(i)?.map(i64::from).into(),
             _ => row.try_get::<_, Option<String>>(i)?.into(),
         })
     };
+    let named = |i: usize| {
+        let column = &row.columns()[i];
+        format!(
+            "column {} is of type {}: cast it to text in the query",
+            column.name(),
+            column.type_()
+        )
+    };
     (0..row.len())
-        .map(|i| {
-            value(i).map_err(|_| {
-                format!(
-                    "column {} is of type {}: cast it to text in the query",
-                    row.columns()[i].name(),
-                    row.columns()[i].type_()
-                )
-            })
-        })
+        .map(|i| value(i).map_err(|_| named(i)))
         .collect()
 }
 
@@ -203,10 +259,15 @@ mod tests {
             "SELECT 'ann@example.com'::int",
             "SELECT 'ann@example.com'::date",
             "SELECT 99999999999::int",
+            "DO $$ BEGIN RAISE EXCEPTION 'bad %', 'ann@example.com'; END $$",
         ] {
             let error = PgError::from(query(&mut db, sql, &[]).unwrap_err());
             let message = error.message();
-            assert!(message.starts_with("postgres refused: 22"), "{message}");
+            assert!(
+                message.starts_with("postgres refused: 22")
+                    || message.starts_with("postgres refused: P0"),
+                "{message}"
+            );
             assert!(
                 !message.contains("ann@") && !message.contains("9999"),
                 "{message}"

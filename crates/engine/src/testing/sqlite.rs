@@ -9,6 +9,7 @@ use crate::d1::{self, Statement, Value};
 use crate::effects::Plan;
 use crate::event::VerifiedEvent;
 use crate::ledger::{self, Applied};
+use crate::store;
 
 pub(super) struct Sqlite(Connection);
 
@@ -28,21 +29,18 @@ impl Sqlite {
 
     /// The plan's batch in one transaction, as D1 runs it: row locks left
     /// out, integers beyond 2^53 refused, a ledger clash rolled back.
-    pub(super) fn apply<'a>(
-        &mut self,
-        event: &VerifiedEvent,
-        plan: &'a Plan,
-    ) -> Result<Applied, Refusal<'a>> {
+    pub(super) fn apply(&mut self, event: &VerifiedEvent, plan: &Plan) -> Result<Applied, Refusal> {
+        let batch = store::without_row_locks(&plan.batch).map_err(|e| (None, e))?;
         let tx = self.0.transaction().map_err(|e| (None, e.to_string()))?;
-        for statement in plan.batch.iter().filter(|s| !s.for_update) {
-            d1::bindable(statement).map_err(|e| (Some(statement), e))?;
+        for statement in batch.iter() {
+            d1::bindable(statement).map_err(|e| (Some(statement.sql), e))?;
             match run(&tx, statement.sql, &statement.params) {
                 Ok(_) => {}
                 Err(e) if ledger::is_ledger_conflict(&e) => {
                     drop(tx);
                     return self.holder(event);
                 }
-                Err(e) => return Err((Some(statement), e)),
+                Err(e) => return Err((Some(statement.sql), e)),
             }
         }
         tx.commit().map_err(|e| (None, e.to_string()))?;
@@ -50,7 +48,7 @@ impl Sqlite {
     }
 
     /// After a ledger clash, rolled back: the row it was with.
-    fn holder<'a>(&mut self, event: &VerifiedEvent) -> Result<Applied, Refusal<'a>> {
+    fn holder(&mut self, event: &VerifiedEvent) -> Result<Applied, Refusal> {
         let Statement { sql, params, .. } = ledger::holder(event);
         let rows = run(&self.0, sql, &params).map_err(|e| (None, e))?;
         match rows

@@ -2,7 +2,7 @@
 //! test's: what an owner sees when their effect's SQL is wrong.
 
 use super::*;
-use crate::effects::{Effect, PlanError};
+use crate::effects::{Effect, PlanError, Statement};
 
 const REFUNDS: &str = "CREATE TABLE refunds \
      (charge_id TEXT PRIMARY KEY, amount BIGINT NOT NULL, currency TEXT)";
@@ -56,6 +56,11 @@ fn huge(_: &VerifiedEvent, _: i64) -> Result<Effect, PlanError> {
         sql,
         vec!["ch_1".into(), (1i64 << 53).into()],
     )]))
+}
+
+fn marked_write(_: &VerifiedEvent, _: i64) -> Result<Effect, PlanError> {
+    let write = Statement::new("UPDATE refunds SET amount = 0", vec![]);
+    Ok(Effect::new(vec![write.for_update()]))
 }
 
 fn table(
@@ -113,6 +118,21 @@ fn an_effect_commits_once_with_its_ledger_row() {
             "{}",
             db.store()
         );
+        if db.store() == "Postgres" {
+            // As the worker leaves it: the ledger row to hand off to D1.
+            let handed = db.rows("SELECT kind, event_id FROM webhook_outbox", vec![]);
+            assert_eq!(handed, [row!["ledger", "evt_r1"]]);
+        }
+    });
+}
+
+#[test]
+fn a_write_marked_as_a_row_lock_is_refused_on_both_stores() {
+    each(|db| {
+        let mut db = with_refunds(db);
+        let failed = db.try_apply(&table(marked_write), &event("stripe", &[], REFUND));
+        let failed = failed.unwrap_err();
+        assert!(failed.error.contains("only a SELECT can be"), "{failed}");
     });
 }
 
@@ -169,7 +189,7 @@ fn an_integer_d1_would_round_is_refused_on_d1() {
         .try_apply(&table(huge), &event("stripe", &[], REFUND))
         .unwrap_err();
     assert!(failed.error.contains("parameter ?2 of"), "{failed}");
-    assert!(failed.error.contains("beyond 2^53"), "{failed}");
+    assert!(failed.error.contains("beyond ±(2^53 - 1)"), "{failed}");
 }
 
 #[test]
