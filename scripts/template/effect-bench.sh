@@ -22,13 +22,13 @@ fail() {
     exit 1
 }
 
-# seconds <command…>: runs it quietly into $WORK/out, and prints how long
-# it took (s, one decimal); its exit status is in $status.
-seconds() {
+# timed <command…>: runs it quietly into $WORK/out; $took is how long it
+# took (s, one decimal), $status its exit status.
+timed() {
     start=$(date +%s%N)
     status=0
     "$@" >"$WORK/out" 2>&1 || status=$?
-    echo "$(( ($(date +%s%N) - start) / 1000000 ))" | awk '{ printf "%.1f", $1 / 1000 }'
+    took=$(echo "$(($(date +%s%N) - start))" | awk '{ printf "%.1f", $1 / 1e9 }')
 }
 
 for store in d1 postgres; do
@@ -36,18 +36,20 @@ for store in d1 postgres; do
     cd "$WORK/copy-$store"
     node "$ROOT/scripts/template/apply-recipe.mjs" a >/dev/null
     export CARGO_TARGET_DIR="$WORK/target-$store"
-    cold=$(seconds cargo test --offline)
+    timed cargo test --offline
     [ "$status" = 0 ] || { cat "$WORK/out" >&2; fail "$store: the first cargo test failed"; }
+    cold=$took
     touch src/effects/invoices.rs
-    warm=$(seconds cargo test --offline)
+    timed cargo test --offline
     [ "$status" = 0 ] || fail "$store: cargo test after an edit failed"
+    warm=$took
     sed -i 's/amount_paid, currency, updated_at) /amount_paid, curency, updated_at) /' src/effects/invoices.rs
-    failing=$(seconds cargo test --offline)
+    timed cargo test --offline
     [ "$status" != 0 ] || fail "$store: a misspelled column passed"
     grep -q "statement: INSERT INTO invoices (id, status, amount_paid, curency" "$WORK/out" || fail "$store: the failure does not name the statement"
     grep -q 'said: .*curency' "$WORK/out" || fail "$store: the failure does not name the column"
     said=$(grep 'said: ' "$WORK/out" | head -n 1 | sed 's/^ *//')
-    echo "$store: first cargo test ${cold} s; after an edit ${warm} s; a misspelled column fails in ${failing} s: $said"
+    echo "$store: first cargo test ${cold} s; after an edit ${warm} s; a misspelled column fails in ${took} s: $said"
     unset CARGO_TARGET_DIR
     cd "$ROOT"
 done

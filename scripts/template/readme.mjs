@@ -127,7 +127,7 @@ make test   # every check, end to end in the local runtime
 Both install what they need first${postgres ? " (Debian's `postgresql` too)" : ""}. No Cloudflare account is needed.
 \`make dev PORT=8788\` serves on another port.
 
-\`cargo test\` runs your effects' tests alone, in about a second after an
+\`cargo test\` runs your effects' tests alone, in ${postgres ? "about 3 s" : "about a second"} after an
 edit: each effect applied with its ledger row to a real ${postgres ? "Postgres (the copy's\ntest cluster, started on the first run)" : "SQLite, as D1 runs\nit"}, made from your migrations. \`make unit\` (every host test) takes
 ${postgres ? "5" : "2"} s; the first build, under a minute ([Test your effect](docs/extend.md#test-your-effect)).
 The build's warning that the \`target_features\` section is missing is
