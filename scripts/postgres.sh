@@ -22,7 +22,8 @@
 # instead (/var/lib/postgresql/webhooks-clusters/), in a folder named after
 # the checkout's path, and `start` says where.
 set -eu
-cd "$(dirname "$0")/.."
+# The checkout's real path: a symlink to it names the same cluster and port.
+cd -P "$(dirname "$0")/.."
 CLUSTER=${PG_CLUSTER:-postgres}
 
 # The checkout's folder outside it: in the home of the user postgres (which
@@ -63,7 +64,7 @@ prepare_outside() {
 # test's for the effects) on a port of the checkout's own, from its path,
 # so that two checkouts' test runs never meet on one.
 if [ "$CLUSTER" = postgres-test ]; then
-    PORT=${PG_PORT:-$((20000 + $(printf '%s' "$(pwd -P)" | cksum | cut -d' ' -f1) % 10000))}
+    PORT=${PG_PORT:-$((20000 + $(printf '%s' "$PWD" | cksum | cut -d' ' -f1) % 10000))}
 else
     PORT=${PG_PORT:-5433}
 fi

@@ -32,6 +32,34 @@ export function entriesBetween(changelog, from, to) {
     .filter(({ version }) => semver(version) && compare(version, from) > 0 && compare(version, to) <= 0);
 }
 
+/**
+ * What a release changed under an owner's code without the compiler
+ * noticing: a pattern in the app's Rust that means something else since
+ * that version, and what to write instead.
+ */
+export const RETIRED = [
+  {
+    since: "0.3.0",
+    pattern: /FOR\s+UPDATE/i,
+    say: "a row lock is now Statement::new(\"SELECT …\", params).for_update(), without FOR UPDATE in the SQL: D1 no longer removes it (CHANGELOG 0.3.0)",
+  },
+];
+
+/**
+ * Each line of `files` (a map of path to text) holding a pattern retired
+ * after `before`, up to `after`: `{ path, line, say }`.
+ */
+export function retiredUses(files, before, after) {
+  const due = RETIRED.filter(({ since }) => compare(before, since) < 0 && compare(since, after) <= 0);
+  const found = [];
+  for (const [path, text] of files) {
+    text.split("\n").forEach((line, i) => {
+      for (const { pattern, say } of due) if (pattern.test(line)) found.push({ path, line: i + 1, say });
+    });
+  }
+  return found;
+}
+
 /** Which engine files the new engine replaces, adds and removes (maps of path to bytes). */
 export function fileChanges(ours, theirs) {
   const changed = [...theirs.keys()].filter((path) => ours.has(path) && !ours.get(path).equals(theirs.get(path)));

@@ -40,7 +40,7 @@ import { fileURLToPath } from "node:url";
 
 import { engineFiles, engineGitDigest, readLock, RELEASES, standing, writeLock } from "./engine-files.mjs";
 import { HOOK, prepareCarry } from "./upgrade-carry.mjs";
-import { compare, entriesBetween, fileChanges, numberClashes, planText, semver } from "./upgrade-plan.mjs";
+import { compare, entriesBetween, fileChanges, numberClashes, planText, retiredUses, semver } from "./upgrade-plan.mjs";
 
 const HERE = "crates/engine";
 const NAME = "webhook-engine";
@@ -396,4 +396,7 @@ if (conflicts.length) {
   console.error(`make upgrade: ${conflicts.length} files hold conflict markers (<<<<<<< yours … >>>>>>> template): ${conflicts.join(", ")}. Resolve them, then \`make test\``);
   process.exit(1);
 }
+const rust = readdirSync("src", { recursive: true }).filter((file) => file.endsWith(".rs"));
+const uses = retiredUses(new Map(rust.map((file) => [`src/${file}`, readFileSync(join("src", file), "utf8")])), before, after);
+for (const { path, line, say } of uses) console.log(`make upgrade: check ${path}:${line}: ${say}`);
 console.log("make upgrade: next, `make test`; `make deploy` applies the new migrations (`make dev` applies them locally)");

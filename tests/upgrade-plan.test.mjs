@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { compare, entriesBetween, numberClashes, semver } from "../scripts/upgrade-plan.mjs";
+import { compare, entriesBetween, numberClashes, retiredUses, semver } from "../scripts/upgrade-plan.mjs";
 
 test("versions compare by number, not by text", () => {
   assert.equal(compare("0.10.0", "0.9.9"), 1);
@@ -35,4 +35,16 @@ test("the entries after `from` up to `to`, newest first, each whole", () => {
 test("migrations that share a number are found, each group once", () => {
   assert.deepEqual(numberClashes(["0001_a.sql", "0002_b.sql", "0002_c.sql", "0003_d.sql"]), [["0002_b.sql", "0002_c.sql"]]);
   assert.deepEqual(numberClashes(["0001_a.sql", "0002_b.sql"]), []);
+});
+
+test("an owner's SQL that a release retired is named by file and line, once it is crossed", () => {
+  const files = new Map([
+    ["src/effects/accounts.rs", 'const LOCK: &str = "SELECT balance FROM accounts\n     WHERE id = ?1 for update";\n'],
+    ["src/effects/orders.rs", "const ADD: &str = \"UPDATE orders SET n = n + 1\";\n"],
+  ]);
+  const found = retiredUses(files, "0.2.0", "0.3.0");
+  assert.deepEqual(found.map(({ path, line }) => `${path}:${line}`), ["src/effects/accounts.rs:2"]);
+  assert.match(found[0].say, /for_update\(\)/);
+  assert.deepEqual(retiredUses(files, "0.3.0", "0.4.0"), [], "already past it");
+  assert.deepEqual(retiredUses(files, "0.1.0", "0.2.0"), [], "not reached yet");
 });

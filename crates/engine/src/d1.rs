@@ -66,6 +66,20 @@ impl<T: Into<Value>> From<Option<T>> for Value {
     }
 }
 
+/// `sql` from its first word: past white space and comments.
+fn code_start(mut sql: &str) -> &str {
+    loop {
+        sql = sql.trim_start();
+        if let Some(rest) = sql.strip_prefix("--") {
+            sql = rest.split_once('\n').map_or("", |(_, after)| after);
+        } else if let Some(rest) = sql.strip_prefix("/*") {
+            sql = rest.split_once("*/").map_or("", |(_, after)| after);
+        } else {
+            return sql;
+        }
+    }
+}
+
 /// The largest integer a JavaScript number holds exactly (2^53 - 1).
 const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 
@@ -118,10 +132,15 @@ impl Statement {
     /// row lock. Refused on both stores, so that D1 never leaves out a
     /// write marked by mistake.
     pub(crate) fn misplaced_lock(&self) -> Option<String> {
-        let head = self.sql.trim_start().get(..6);
-        let select = head.is_some_and(|head| head.eq_ignore_ascii_case("select"));
-        (self.for_update && !select)
-            .then(|| "it is marked for_update(), which only a SELECT can be".to_string())
+        let head = code_start(self.sql);
+        let starts = |word: &str| {
+            head.get(..word.len())
+                .is_some_and(|h| h.eq_ignore_ascii_case(word))
+        };
+        let select = starts("select") || starts("with") || starts("(");
+        (self.for_update && !select).then(|| {
+            "it is marked for_update(), which only a SELECT (or WITH … SELECT) can be".to_string()
+        })
     }
 }
 
@@ -371,6 +390,30 @@ mod tests {
             );
             assert!(!error.contains(&n.to_string()), "{error}");
         }
+    }
+
+    #[test]
+    fn a_row_lock_is_a_select_whatever_comes_before_it() {
+        let lock = |sql: &'static str| Statement::new(sql, vec![]).for_update().misplaced_lock();
+        for sql in [
+            "SELECT 1",
+            " -- why\nselect 1",
+            "/* a */ (SELECT 1)",
+            "WITH a AS (SELECT 1) SELECT * FROM a",
+        ] {
+            assert_eq!(lock(sql), None, "{sql}");
+        }
+        for sql in [
+            "UPDATE t SET a = 1",
+            "-- SELECT\nDELETE FROM t",
+            "INSERT INTO t SELECT 1",
+        ] {
+            assert!(lock(sql).is_some(), "{sql}");
+        }
+        assert_eq!(
+            Statement::new("UPDATE t SET a = 1", vec![]).misplaced_lock(),
+            None
+        );
     }
 
     #[test]

@@ -76,8 +76,8 @@ pub enum Fault {
     /// so that a copy whose effects write none can prove its outbox.
     WithSideEffect,
     /// The event's effect also runs a statement bound with fewer values than
-    /// its placeholders (an app's bug, which Postgres calls a protocol
-    /// violation): every attempt is refused, and the event ends failed.
+    /// its placeholders (an app's bug, refused before it is sent): every
+    /// attempt is refused, and the event ends failed.
     BadStatement,
 }
 

@@ -162,7 +162,11 @@ async fn commit(
 ) -> Result<Vec<Row>, PgError> {
     let texts: Vec<String> = writes.iter().map(|s| sql::text(s)).collect();
     let params: Vec<_> = writes.iter().map(|s| sql::params(&s.params)).collect();
-    let typed: Vec<_> = params.iter().map(|p| sql::typed(p)).collect();
+    let typed: Vec<_> = writes
+        .iter()
+        .zip(&params)
+        .map(|(write, params)| sql::typed_for(write.sql, params))
+        .collect();
     let now = now_ms();
     let encoded: Vec<String> = rows
         .iter()

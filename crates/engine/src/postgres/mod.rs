@@ -31,7 +31,7 @@ use crate::migrations::{self, Behind};
 pub(crate) use apply::{apply, dismiss, dismissed, handled};
 pub(crate) use handoff::run as relay;
 #[cfg(feature = "testing")]
-pub(crate) use sql::{params, typed, unsendable};
+pub(crate) use sql::{params, typed_for, unsendable};
 #[cfg(feature = "testing")]
 pub(crate) use {apply::LEDGER_INSERT, handoff::Row, placeholders::numbered, sql::text};
 #[cfg(feature = "testing")]
@@ -192,7 +192,13 @@ fn lost_connection(error: &tokio_postgres::Error) -> bool {
 /// is a fixed name for their SQLSTATE instead of their message.
 pub(crate) fn described(db: &tokio_postgres::error::DbError) -> String {
     let code = db.code().code();
-    let message = condition(code).unwrap_or_else(|| db.message());
+    // A RAISE … USING ERRCODE takes any code: its message is the author's.
+    let raised = matches!(db.routine(), Some("exec_stmt_raise" | "exec_stmt_assert"));
+    let message = match condition(code) {
+        _ if raised => "raised by PL/pgSQL (its message is left out)",
+        Some(name) => name,
+        None => db.message(),
+    };
     let named = [
         ("constraint", db.constraint()),
         ("table", db.table()),

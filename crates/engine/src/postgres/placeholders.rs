@@ -36,6 +36,22 @@ pub(crate) fn highest(sql: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// Which of `count` values the SQL uses (`?1` or `$1` is the first).
+pub(crate) fn used(sql: &str, count: usize) -> Vec<bool> {
+    let mut used = vec![false; count];
+    for (token, at, _) in tokens(sql) {
+        if !matches!(token, Token::Placeholder | Token::Numbered) {
+            continue;
+        }
+        let run = sql[at + 1..].bytes().take_while(u8::is_ascii_digit).count();
+        let n = sql[at + 1..at + 1 + run].parse::<usize>().unwrap_or(0);
+        if let Some(slot) = n.checked_sub(1).and_then(|i| used.get_mut(i)) {
+            *slot = true;
+        }
+    }
+    used
+}
+
 /// Where the SQL itself ends: past its last byte that is neither white
 /// space nor a comment. What follows it is kept after anything appended.
 pub(crate) fn code_end(sql: &str) -> usize {
@@ -52,6 +68,8 @@ enum Token {
     Code,
     /// A `?` followed by a digit (the digits are the next tokens).
     Placeholder,
+    /// A `$` followed by a digit: Postgres's own placeholder.
+    Numbered,
     Comment,
     Space,
 }
@@ -70,6 +88,7 @@ fn tokens(sql: &str) -> impl Iterator<Item = (Token, usize, usize)> + '_ {
             b'"' => (Token::Code, quoted_end(bytes, at, b'"', false)),
             b'-' if bytes.get(at + 1) == Some(&b'-') => (Token::Comment, line_end(bytes, at)),
             b'/' if bytes.get(at + 1) == Some(&b'*') => (Token::Comment, comment_end(bytes, at)),
+            b'$' if numbered_at(bytes, at) => (Token::Numbered, at + 1),
             b'$' => (Token::Code, dollar_end(bytes, at).unwrap_or(at + 1)),
             b'?' if bytes.get(at + 1).is_some_and(u8::is_ascii_digit) => {
                 (Token::Placeholder, at + 1)
@@ -80,6 +99,12 @@ fn tokens(sql: &str) -> impl Iterator<Item = (Token, usize, usize)> + '_ {
         at = end;
         Some((token, start, end))
     })
+}
+
+/// Whether `$N` starts at `at`: a `$` before a digit, not inside a word.
+fn numbered_at(bytes: &[u8], at: usize) -> bool {
+    let in_word = at > 0 && word_byte(bytes[at - 1]);
+    !in_word && bytes.get(at + 1).is_some_and(u8::is_ascii_digit)
 }
 
 /// Whether a letter or digit of an identifier (or a non-ASCII byte, which
@@ -225,6 +250,10 @@ mod tests {
         );
         assert_eq!(code_end("SELECT '--'"), "SELECT '--'".len());
         assert_eq!(code_end(" -- all comment"), 0);
+        assert_eq!(used("SELECT ?1, ?3, '?2'", 3), [true, false, true]);
+        assert_eq!(used("SELECT $2", 2), [false, true]);
+        assert_eq!(used("DELETE FROM t", 1), [false]);
+        assert_eq!(used("SELECT a$1 FROM t", 1), [false]);
     }
 
     #[test]

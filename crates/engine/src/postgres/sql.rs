@@ -7,7 +7,7 @@
 use bytes::BytesMut;
 use tokio_postgres::types::{to_sql_checked, Format, IsNull, ToSql, Type};
 
-use super::placeholders::{code_end, highest, numbered};
+use super::placeholders::{code_end, highest, numbered, used};
 use crate::d1::{shown, Statement, Value};
 
 /// The statement as Postgres is sent it: its placeholders numbered, and a
@@ -20,7 +20,7 @@ pub(crate) fn text(statement: &Statement) -> String {
     }
     // Before a trailing comment, which would swallow it, and a `;`.
     let end = code_end(&sql);
-    let code = sql[..end].strip_suffix(';').unwrap_or(&sql[..end]);
+    let code = sql[..end].trim_end_matches(|c: char| c == ';' || c.is_whitespace());
     format!("{code} FOR UPDATE{}", &sql[end..])
 }
 
@@ -68,6 +68,21 @@ pub(crate) fn typed<'a>(params: &'a [Param<'a>]) -> Vec<(&'a (dyn ToSql + Sync),
     params
         .iter()
         .map(|param| (param as &(dyn ToSql + Sync), Type::UNKNOWN))
+        .collect()
+}
+
+/// [`typed`], for `sql`: a value it does not use goes as `text`, which
+/// Postgres accepts unused (an `unknown` one it cannot type, and refuses
+/// the statement), as D1 accepts it.
+pub(crate) fn typed_for<'a>(
+    sql: &str,
+    params: &'a [Param<'a>],
+) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    let used = used(sql, params.len());
+    let ty = |i: usize| if used[i] { Type::UNKNOWN } else { Type::TEXT };
+    let params = params.iter().enumerate();
+    params
+        .map(|(i, param)| (param as &(dyn ToSql + Sync), ty(i)))
         .collect()
 }
 

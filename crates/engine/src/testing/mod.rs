@@ -56,31 +56,39 @@ enum Backend {
 /// Why an event's effect did not commit: what [`TestDb::apply`] panics
 /// with, and [`TestDb::try_apply`] returns for a test that expects it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EffectFailed {
     /// The provider and event type whose line in `EFFECTS` planned it.
     pub effect: String,
     /// The statement that failed, as written (the engine's ledger row, or
-    /// one of the effect's); `None` where planning failed.
+    /// one of the effect's); `None` where planning or the commit failed.
     pub sql: Option<String>,
-    /// The database's own error, or why planning failed.
+    /// The database's own error, or why the engine would not send the
+    /// statement, or why planning failed.
     pub error: String,
     /// SQLite (as D1 runs it) or Postgres.
     pub store: &'static str,
+    /// Whether the database said so.
+    said: bool,
 }
 
 impl fmt::Display for EffectFailed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.sql {
-            Some(sql) => write!(
+        let (effect, store) = (&self.effect, self.store);
+        let Some(sql) = &self.sql else {
+            return write!(
                 f,
-                "the effect of {} failed on {}\n  statement: {sql}\n  {} said: {}",
-                self.effect, self.store, self.store, self.error
-            ),
-            None => write!(
-                f,
-                "the effect of {} did not plan: {}",
-                self.effect, self.error
-            ),
+                "the effect of {effect} failed on {store}: {}",
+                self.error
+            );
+        };
+        write!(
+            f,
+            "the effect of {effect} failed on {store}\n  statement: {sql}\n"
+        )?;
+        match self.said {
+            true => write!(f, "  {store} said: {}", self.error),
+            false => write!(f, "  not sent (the engine refuses it): {}", self.error),
         }
     }
 }
@@ -162,20 +170,28 @@ impl TestDb {
             );
         }
         let store = self.store();
-        let failed = |sql: Option<&str>, error: String| EffectFailed {
+        let failed = |failure: Failure| EffectFailed {
             effect: effect.clone(),
-            sql: sql.map(|sql| sql.split_whitespace().collect::<Vec<_>>().join(" ")),
-            error,
+            sql: failure
+                .sql
+                .map(|sql| sql.split_whitespace().collect::<Vec<_>>().join(" ")),
+            error: failure.error,
             store,
+            said: failure.said,
         };
-        let plan = effects::plan_with(effects, event, event.received_at + 1)
-            .map_err(|e| failed(None, e.to_string()))?;
+        let plan = effects::plan_with(effects, event, event.received_at + 1).map_err(|e| {
+            failed(Failure {
+                sql: None,
+                error: format!("it did not plan: {e}"),
+                said: false,
+            })
+        })?;
         let applied = match &mut self.backend {
             Backend::Sqlite(db) => db.apply(event, &plan),
             #[cfg(feature = "postgres")]
             Backend::Postgres(db) => db.apply(event, &plan),
         };
-        applied.map_err(|(sql, error)| failed(sql, error))
+        applied.map_err(failed)
     }
 
     /// The rows `sql` returns, `?1`, `?2`, … bound to `params`: integers as
@@ -275,9 +291,34 @@ fn migrations(dir: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The SQL of the statement that failed, if one did, and the database's
-/// error.
-type Refusal = (Option<&'static str>, String);
+/// Why a backend did not commit: the statement, if one failed, and whose
+/// words say why.
+struct Failure {
+    sql: Option<&'static str>,
+    error: String,
+    /// The database's words, not the engine's refusal to send it.
+    said: bool,
+}
+
+impl Failure {
+    /// The database refused it.
+    fn said(sql: Option<&'static str>, error: String) -> Failure {
+        Failure {
+            sql,
+            error,
+            said: true,
+        }
+    }
+
+    /// The engine would not send it.
+    fn refused(sql: &'static str, error: String) -> Failure {
+        Failure {
+            sql: Some(sql),
+            error,
+            said: false,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests;

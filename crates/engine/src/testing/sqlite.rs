@@ -4,7 +4,7 @@
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{params_from_iter, Connection};
 
-use super::Refusal;
+use super::Failure;
 use crate::d1::{self, Statement, Value};
 use crate::effects::Plan;
 use crate::event::VerifiedEvent;
@@ -28,36 +28,46 @@ impl Sqlite {
     }
 
     /// The plan's batch in one transaction, as D1 runs it: row locks left
-    /// out, integers beyond 2^53 refused, a ledger clash rolled back.
-    pub(super) fn apply(&mut self, event: &VerifiedEvent, plan: &Plan) -> Result<Applied, Refusal> {
-        let batch = store::without_row_locks(&plan.batch).map_err(|e| (None, e))?;
-        let tx = self.0.transaction().map_err(|e| (None, e.to_string()))?;
+    /// out (a write marked as one refused), integers beyond 2^53 refused, a
+    /// ledger clash rolled back.
+    pub(super) fn apply(&mut self, event: &VerifiedEvent, plan: &Plan) -> Result<Applied, Failure> {
+        for statement in &plan.batch {
+            if let Some(why) = statement.misplaced_lock() {
+                return Err(Failure::refused(statement.sql, why));
+            }
+        }
+        let batch = store::without_row_locks(&plan.batch).map_err(|e| Failure::said(None, e))?;
+        let tx = self
+            .0
+            .transaction()
+            .map_err(|e| Failure::said(None, e.to_string()))?;
         for statement in batch.iter() {
-            d1::bindable(statement).map_err(|e| (Some(statement.sql), e))?;
+            d1::bindable(statement).map_err(|e| Failure::refused(statement.sql, e))?;
             match run(&tx, statement.sql, &statement.params) {
                 Ok(_) => {}
                 Err(e) if ledger::is_ledger_conflict(&e) => {
                     drop(tx);
                     return self.holder(event);
                 }
-                Err(e) => return Err((Some(statement.sql), e)),
+                Err(e) => return Err(Failure::said(Some(statement.sql), e)),
             }
         }
-        tx.commit().map_err(|e| (None, e.to_string()))?;
+        tx.commit()
+            .map_err(|e| Failure::said(None, e.to_string()))?;
         Ok(Applied::Now)
     }
 
     /// After a ledger clash, rolled back: the row it was with.
-    fn holder(&mut self, event: &VerifiedEvent) -> Result<Applied, Refusal> {
+    fn holder(&mut self, event: &VerifiedEvent) -> Result<Applied, Failure> {
         let Statement { sql, params, .. } = ledger::holder(event);
-        let rows = run(&self.0, sql, &params).map_err(|e| (None, e))?;
+        let rows = run(&self.0, sql, &params).map_err(|e| Failure::said(None, e))?;
         match rows
             .into_iter()
             .next()
             .and_then(|row| row.into_iter().next())
         {
             Some(Value::Text(id)) => Ok(ledger::held_as(event, id)),
-            _ => Err((None, ledger::NO_HOLDER.into())),
+            _ => Err(Failure::said(None, ledger::NO_HOLDER.into())),
         }
     }
 
