@@ -396,7 +396,7 @@ if (conflicts.length) {
   console.error(`make upgrade: ${conflicts.length} files hold conflict markers (<<<<<<< yours … >>>>>>> template): ${conflicts.join(", ")}. Resolve them, then \`make test\``);
   process.exit(1);
 }
-const rust = readdirSync("src", { recursive: true }).filter((file) => file.endsWith(".rs"));
+const rust = existsSync("src") ? readdirSync("src", { recursive: true }).filter((file) => file.endsWith(".rs")) : [];
 const uses = retiredUses(new Map(rust.map((file) => [`src/${file}`, readFileSync(join("src", file), "utf8")])), before, after);
 for (const { path, line, say } of uses) console.log(`make upgrade: check ${path}:${line}: ${say}`);
 console.log("make upgrade: next, `make test`; `make deploy` applies the new migrations (`make dev` applies them locally)");
