@@ -40,7 +40,7 @@ export function entriesBetween(changelog, from, to) {
 export const RETIRED = [
   {
     since: "0.3.0",
-    pattern: /FOR\s+UPDATE/i,
+    pattern: /\bFOR\s+UPDATE\b/i,
     say: "a row lock is now Statement::new(\"SELECT …\", params).for_update(), without FOR UPDATE in the SQL: D1 no longer removes it (CHANGELOG 0.3.0)",
   },
 ];

@@ -391,12 +391,12 @@ if (existsSync("Cargo.lock") && existsSync("Cargo.toml")) {
 
 console.log(replace ? `make upgrade: ${NAME} ${before} -> ${after} (from ${from})` : `make upgrade: ${HERE} is already that engine (${after})`);
 console.log(added.length ? `make upgrade: new migrations: ${added.map(([path]) => path).join(", ")}` : "make upgrade: no new migration");
+const rust = existsSync("src") ? readdirSync("src", { recursive: true }).filter((file) => file.endsWith(".rs")) : [];
+const uses = retiredUses(new Map(rust.map((file) => [`src/${file}`, readFileSync(join("src", file), "utf8")])), before, after);
+for (const { path, line, say } of uses) console.log(`make upgrade: check ${path}:${line}: ${say}`);
 const conflicts = carried.filter((c) => c.action === "conflict").map((c) => c.path);
 if (conflicts.length) {
   console.error(`make upgrade: ${conflicts.length} files hold conflict markers (<<<<<<< yours … >>>>>>> template): ${conflicts.join(", ")}. Resolve them, then \`make test\``);
   process.exit(1);
 }
-const rust = existsSync("src") ? readdirSync("src", { recursive: true }).filter((file) => file.endsWith(".rs")) : [];
-const uses = retiredUses(new Map(rust.map((file) => [`src/${file}`, readFileSync(join("src", file), "utf8")])), before, after);
-for (const { path, line, say } of uses) console.log(`make upgrade: check ${path}:${line}: ${say}`);
 console.log("make upgrade: next, `make test`; `make deploy` applies the new migrations (`make dev` applies them locally)");

@@ -40,7 +40,7 @@ test("migrations that share a number are found, each group once", () => {
 test("an owner's SQL that a release retired is named by file and line, once it is crossed", () => {
   const files = new Map([
     ["src/effects/accounts.rs", 'const LOCK: &str = "SELECT balance FROM accounts\n     WHERE id = ?1 for update";\n'],
-    ["src/effects/shipments.rs", "const ADD: &str = \"UPDATE shipments SET n = n + 1\";\n"],
+    ["src/effects/shipments.rs", "/// Waits for updates from the carrier.\nconst ADD: &str = \"UPDATE shipments SET n = n + 1\";\n"],
   ]);
   const found = retiredUses(files, "0.2.0", "0.3.0");
   assert.deepEqual(found.map(({ path, line }) => `${path}:${line}`), ["src/effects/accounts.rs:2"]);

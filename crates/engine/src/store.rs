@@ -210,7 +210,7 @@ mod tests {
         let refused = without_row_locks(&[marked]).unwrap_err();
         assert!(
             refused.ends_with(
-                "only a SELECT (or WITH … SELECT) can be: UPDATE accounts SET balance = balance + ?2 WHERE id = ?1"
+                "only a SELECT can be: UPDATE accounts SET balance = balance + ?2 WHERE id = ?1"
             ),
             "{refused}"
         );

@@ -205,8 +205,10 @@ pub(crate) fn described(db: &tokio_postgres::error::DbError) -> String {
         ("column", db.column()),
         ("type", db.datatype()),
     ];
+    // A RAISE may set these to any text too.
     let named: Vec<String> = named
         .iter()
+        .filter(|_| !raised)
         .filter_map(|(what, name)| Some(format!("{what} {}", (*name)?)))
         .collect();
     match named.is_empty() {

@@ -76,11 +76,15 @@ impl fmt::Display for EffectFailed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (effect, store) = (&self.effect, self.store);
         let Some(sql) = &self.sql else {
-            return write!(
-                f,
-                "the effect of {effect} failed on {store}: {}",
-                self.error
-            );
+            // Planning failed (no store was asked), or the commit did.
+            return match self.said {
+                true => write!(
+                    f,
+                    "the effect of {effect} failed on {store}: {}",
+                    self.error
+                ),
+                false => write!(f, "the effect of {effect} {}", self.error),
+            };
         };
         write!(
             f,
@@ -182,7 +186,7 @@ impl TestDb {
         let plan = effects::plan_with(effects, event, event.received_at + 1).map_err(|e| {
             failed(Failure {
                 sql: None,
-                error: format!("it did not plan: {e}"),
+                error: format!("did not plan: {e}"),
                 said: false,
             })
         })?;

@@ -163,8 +163,17 @@ fn maintain(sql: &str) -> Result<(), String> {
         }
         *client = Some(new);
     }
-    let client = client.as_mut().expect("connected above");
-    client.batch_execute(sql).map_err(|e| said(&e))
+    let done = client.as_mut().map(|c| c.batch_execute(sql));
+    match done {
+        Some(Err(e)) if client.as_ref().is_some_and(Client::is_closed) => {
+            // Lost mid-way (a restart): once more, on a new connection.
+            *client = None;
+            drop(client);
+            maintain(sql).map_err(|again| format!("{}; then {again}", said(&e)))
+        }
+        Some(done) => done.map_err(|e| said(&e)),
+        None => Err("no maintenance connection".into()),
+    }
 }
 
 /// The tests' databases on the test cluster whose process is gone (where
