@@ -106,6 +106,10 @@ for (const [providers, demos, dashboard, store = "d1"] of COMBINATIONS) {
       // Its store: Postgres's tables, build and binding, or nothing of Postgres
       // (but `make store`, which switches it).
       const text = (file) => readFileSync(join(dir, file), "utf8");
+      // Every effect module it names is there.
+      for (const [, mod] of text("src/effects/mod.rs").matchAll(/^mod ([a-z_0-9]+);$/gm)) {
+        assert.ok(existsSync(join(dir, "src/effects", `${mod}.rs`)), `src/effects/mod.rs names ${mod}, whose file is gone`);
+      }
       assert.match(text("Makefile"), STORE_TARGET);
       if (store === "postgres") {
         // Every engine migration, and the demos' tables where kept, in the

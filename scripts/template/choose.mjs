@@ -139,7 +139,8 @@ if (unchosen.length) {
   }
 }
 // A demo effect whose file went (no demos, or not its provider) leaves no line.
-const gone = ["contacts", "orders", "stars", "subscriptions"].filter((effect) => !existsSync(`src/effects/${effect}.rs`));
+const named = [...read("src/effects/mod.rs").matchAll(/^mod ([a-z_0-9]+);$/gm)].map((match) => match[1]);
+const gone = named.filter((effect) => !existsSync(`src/effects/${effect}.rs`));
 if (gone.length) {
   const effects = "src/effects/mod.rs";
   const names = gone.join("|");
