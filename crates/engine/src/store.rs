@@ -70,7 +70,9 @@ pub(crate) async fn apply(
             if let Some(behind) = d1_behind(&db).await {
                 return Err(NotApplied::Behind(behind));
             }
-            let batch = without_row_locks(batch).map_err(NotApplied::Failed)?;
+            let batch = without_row_locks(batch).map_err(|(sql, why)| {
+                NotApplied::Failed(format!("{why}: {}", crate::d1::shown(sql)))
+            })?;
             ledger::apply(&db, event, &batch).await.map_err(failed)
         }
         #[cfg(feature = "postgres")]
@@ -125,10 +127,13 @@ async fn d1_behind(db: &Db) -> Option<Behind> {
 /// each batch alone and knows no `FOR UPDATE`, so it is left out there.
 /// One effect, either store. A write marked as a lock is refused, never
 /// left out.
-pub(crate) fn without_row_locks(batch: &[Statement]) -> Result<Cow<'_, [Statement]>, String> {
+/// Refused: the statement marked by mistake, and why.
+pub(crate) fn without_row_locks(
+    batch: &[Statement],
+) -> Result<Cow<'_, [Statement]>, (&'static str, String)> {
     for statement in batch {
         if let Some(why) = statement.misplaced_lock() {
-            return Err(format!("{why}: {}", crate::d1::shown(statement.sql)));
+            return Err((statement.sql, why));
         }
     }
     if !batch.iter().any(|s| s.for_update) {
@@ -207,7 +212,8 @@ mod tests {
             Ok(Cow::Borrowed(_))
         ));
         let marked = write.for_update();
-        let refused = without_row_locks(&[marked]).unwrap_err();
+        let (sql, why) = without_row_locks(&[marked]).unwrap_err();
+        let refused = format!("{why}: {sql}");
         assert!(
             refused.ends_with(
                 "only a SELECT can be: UPDATE accounts SET balance = balance + ?2 WHERE id = ?1"

@@ -23,12 +23,7 @@ pub(crate) fn numbered(sql: &str) -> String {
 /// The highest `N` of the `?N` Postgres would read (0 for none): how many
 /// values the statement must be bound with.
 pub(crate) fn highest(sql: &str) -> usize {
-    let digits = |at: usize| {
-        let run = sql[at + 1..].bytes().take_while(u8::is_ascii_digit).count();
-        sql[at + 1..at + 1 + run]
-            .parse::<usize>()
-            .unwrap_or(usize::MAX)
-    };
+    let digits = |at: usize| number_after(sql, at).unwrap_or(usize::MAX);
     tokens(sql)
         .filter(|(token, _, _)| *token == Token::Placeholder)
         .map(|(_, at, _)| digits(at))
@@ -43,13 +38,19 @@ pub(crate) fn used(sql: &str, count: usize) -> Vec<bool> {
         if !matches!(token, Token::Placeholder | Token::Numbered) {
             continue;
         }
-        let run = sql[at + 1..].bytes().take_while(u8::is_ascii_digit).count();
-        let n = sql[at + 1..at + 1 + run].parse::<usize>().unwrap_or(0);
+        let n = number_after(sql, at).unwrap_or(0);
         if let Some(slot) = n.checked_sub(1).and_then(|i| used.get_mut(i)) {
             *slot = true;
         }
     }
     used
+}
+
+/// The number of the placeholder whose `?` or `$` is at `at`; `None` past
+/// `usize`.
+fn number_after(sql: &str, at: usize) -> Option<usize> {
+    let run = sql[at + 1..].bytes().take_while(u8::is_ascii_digit).count();
+    sql[at + 1..at + 1 + run].parse().ok()
 }
 
 /// Where the SQL itself ends: past its last byte that is neither white

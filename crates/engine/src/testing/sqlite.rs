@@ -31,12 +31,8 @@ impl Sqlite {
     /// out (a write marked as one refused), integers beyond 2^53 refused, a
     /// ledger clash rolled back.
     pub(super) fn apply(&mut self, event: &VerifiedEvent, plan: &Plan) -> Result<Applied, Failure> {
-        for statement in &plan.batch {
-            if let Some(why) = statement.misplaced_lock() {
-                return Err(Failure::refused(statement.sql, why));
-            }
-        }
-        let batch = store::without_row_locks(&plan.batch).map_err(|e| Failure::said(None, e))?;
+        let batch = store::without_row_locks(&plan.batch)
+            .map_err(|(sql, why)| Failure::refused(sql, why))?;
         let tx = self
             .0
             .transaction()
