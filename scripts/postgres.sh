@@ -6,11 +6,20 @@
 #   scripts/postgres.sh start      initdb on first use, start, create the
 #                                  database, apply migrations-postgres/
 #   scripts/postgres.sh stop | restart | status
-#   scripts/postgres.sh url        the connection string
+#   scripts/postgres.sh stop-server  the server alone (the pooler stays up)
+#   scripts/postgres.sh url        the connection string: through the
+#                                  pooler (PG_POOLER=none: to the server)
+#   scripts/postgres.sh direct-url the server's own
 #   scripts/postgres.sh dir        where the cluster lives
 #   scripts/postgres.sh migrate    apply migrations-postgres/ (PG_REMOTE=1:
 #                                  to the database PGHOST, PGUSER, … name)
 #   scripts/postgres.sh psql ...   psql on the database
+#
+# The worker reaches the cluster as it reaches a deployment's database
+# through Hyperdrive: through a pooler in transaction mode (PgBouncer, on
+# the server's port + 10000), which gives each transaction whichever server
+# connection is free, so that nothing of a session outlives its
+# transaction, and no event opens a server connection of its own.
 #
 # PG_DIR (default .wrangler/$PG_CLUSTER, the cluster postgres), PG_PORT
 # (5433; the cluster postgres-test's: from the checkout's path) and PG_DB
@@ -68,6 +77,8 @@ if [ "$CLUSTER" = postgres-test ]; then
 else
     PORT=${PG_PORT:-5433}
 fi
+POOL_PORT=$((PORT + 10000))
+POOLER=$DIR/pooler
 DB=${PG_DB:-webhooks}
 ROLE=webhooks
 PASSWORD=webhooks
@@ -86,8 +97,15 @@ owner() {
     # From /: the user postgres may not be able to enter the checkout.
     if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
-url() {
+direct_url() {
     echo "postgresql://$ROLE:$PASSWORD@127.0.0.1:$PORT/$DB"
+}
+url() {
+    if [ "${PG_POOLER:-pgbouncer}" = none ]; then
+        direct_url
+    else
+        echo "postgresql://$ROLE:$PASSWORD@127.0.0.1:$POOL_PORT/$DB"
+    fi
 }
 psql_db() {
     if [ -n "${PG_REMOTE:-}" ]; then
@@ -133,6 +151,57 @@ start() {
     # PG_MIGRATE=0: the server and the database alone (cargo test's harness
     # makes a database of its own per test, migrations and all).
     [ "${PG_MIGRATE:-1}" = 0 ] || migrate
+    [ "${PG_POOLER:-pgbouncer}" = none ] || pooler
+}
+
+# PgBouncer in transaction mode, for every database of the cluster; started
+# once, and left running as the server is. Quick to say the server is down
+# (within the worker's 5 s): a client waits at most 2 s for a connection.
+pooler() {
+    if [ -f "$POOLER/pgbouncer.pid" ] && kill -0 "$(cat "$POOLER/pgbouncer.pid")" 2>/dev/null; then
+        return
+    fi
+    if [ ! -x /usr/sbin/pgbouncer ]; then
+        echo "postgres: no pooler: run scripts/setup.sh --with-postgres (or set PG_POOLER=none)" >&2
+        exit 1
+    fi
+    owner mkdir -p "$POOLER"
+    # The role's SCRAM secret, as the server keeps it: the pooler then
+    # offers the server's salt, as Postgres would, and logs in to the
+    # server with the keys the client proved.
+    secret=$(PGSSLMODE=disable PGPASSWORD=$PASSWORD psql -X -tA -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d postgres \
+        -c "SELECT rolpassword FROM pg_authid WHERE rolname = '$ROLE'")
+    printf '"%s" "%s"\n' "$ROLE" "$secret" | owner sh -c "umask 077; cat >'$POOLER/userlist.txt'"
+    owner sh -c "cat >'$POOLER/pgbouncer.ini'" <<EOF
+[databases]
+* = host=127.0.0.1 port=$PORT
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $POOL_PORT
+unix_socket_dir =
+pidfile = $POOLER/pgbouncer.pid
+logfile = $POOLER/pgbouncer.log
+auth_type = scram-sha-256
+auth_file = $POOLER/userlist.txt
+pool_mode = transaction
+max_client_conn = 1000
+default_pool_size = 10
+max_db_connections = 20
+server_idle_timeout = 10
+server_connect_timeout = 2
+server_login_retry = 1
+query_wait_timeout = 2
+log_connections = 0
+log_disconnections = 0
+EOF
+    owner setsid /usr/sbin/pgbouncer -d -q "$POOLER/pgbouncer.ini" 9>&-
+}
+
+stop_pooler() {
+    if [ -f "$POOLER/pgbouncer.pid" ]; then
+        kill "$(cat "$POOLER/pgbouncer.pid")" 2>/dev/null || true
+    fi
 }
 
 # Each file of migrations-postgres/ once, in order, each in one transaction.
@@ -154,12 +223,18 @@ start)
     flock 9
     start
     ;;
-stop) owner "$BIN/pg_ctl" -D "$DIR" -w -m fast stop >/dev/null 2>&1 || true ;;
+stop)
+    stop_pooler
+    owner "$BIN/pg_ctl" -D "$DIR" -w -m fast stop >/dev/null 2>&1 || true
+    ;;
+# The server alone, its pooler left up: a database down behind Hyperdrive.
+stop-server) owner "$BIN/pg_ctl" -D "$DIR" -w -m fast stop >/dev/null 2>&1 || true ;;
 restart) owner setsid "$BIN/pg_ctl" -D "$DIR" -w -m "${2:-fast}" restart -o "-p $PORT -k '' -c listen_addresses=127.0.0.1" >/dev/null ;;
 status) owner "$BIN/pg_ctl" -D "$DIR" status ;;
 url) url ;;
+direct-url) direct_url ;;
 dir) echo "$DIR" ;;
 migrate) migrate ;;
 psql) shift; psql_db "$@" ;;
-*) echo "usage: scripts/postgres.sh start|stop|restart [immediate]|status|url|dir|migrate|psql ..." >&2; exit 2 ;;
+*) echo "usage: scripts/postgres.sh start|stop|restart [immediate]|stop-server|status|url|direct-url|dir|migrate|psql ..." >&2; exit 2 ;;
 esac

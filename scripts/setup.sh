@@ -90,9 +90,16 @@ fi
 # needs: postgres
 # With --with-postgres, or when wrangler.toml's store is Postgres: Debian's
 # PostgreSQL server and psql, for the local cluster of scripts/postgres.sh
-# (make dev, make test) and make deploy's psql.
-if { [ "$POSTGRES" = true ] || grep -q '^STORE = "postgres"' wrangler.toml; } && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-    apt_install postgresql
+# (make dev, make test) and make deploy's psql, and PgBouncer, the pooler
+# the worker reaches it through (as it reaches a deployment's through
+# Hyperdrive).
+if { [ "$POSTGRES" = true ] || grep -q '^STORE = "postgres"' wrangler.toml; }; then
+    if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+        apt_install postgresql
+    fi
+    if [ ! -x /usr/sbin/pgbouncer ]; then
+        apt_install pgbouncer
+    fi
 fi
 
 # needs: template

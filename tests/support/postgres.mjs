@@ -52,8 +52,9 @@ export const pgctl = (db, ...args) => run(db, args).stdout;
 
 /**
  * A new database on the test cluster (started if need be), migrations
- * applied: its `url`, `query(sql)` (rows as arrays of strings), `scalar`,
- * and `restart(mode)`, `stop()`, `start()` of the cluster.
+ * applied: its `url` (through the cluster's pooler, as the worker reaches
+ * it), `direct` (the server's), `query(sql)` (rows as arrays of strings),
+ * `scalar`, and `restart(mode)`, `stop()` (the server alone), `start()`.
  */
 export function freshDatabase() {
   const db = `t_${process.pid}_${++databases}`;
@@ -80,10 +81,13 @@ export function freshDatabase() {
   return {
     db,
     url: pgctl(db, "url").trim(),
+    // The server's own, past the pooler.
+    direct: pgctl(db, "direct-url").trim(),
     query,
     scalar: (sql) => query(sql)[0]?.[0] ?? null,
     restart: (mode = "fast") => pgctl(db, "restart", mode),
-    stop: () => pgctl(db, "stop"),
+    // The server goes down; its pooler stays up, as Hyperdrive does.
+    stop: () => pgctl(db, "stop-server"),
     start: () => pgctl(db, "start"),
   };
 }

@@ -1,19 +1,19 @@
-//! One event in one Postgres transaction, as the recipe goes: the ledger
-//! row first (`ON CONFLICT DO NOTHING RETURNING`), then, only if it came
-//! back, the effect's writes and the hand-off rows, then `COMMIT`. Two
-//! round trips: `BEGIN` with the ledger row, then the rest with `COMMIT`
-//! (pipelined: should one statement fail, Postgres turns the `COMMIT` into
-//! a rollback, and nothing is left behind). What cannot be sent at all is
-//! refused before anything is.
+//! One event in one Postgres transaction, in one round trip: `BEGIN`, the
+//! ledger row, the effect's writes, the hand-off rows and `COMMIT`, sent
+//! together (see `pipeline`). The ledger row is a plain `INSERT`: should
+//! the ledger hold the event already (an earlier attempt, or its signed
+//! body under another id), its unique key refuses it, Postgres aborts the
+//! transaction, refuses the writes after it, and answers the `COMMIT` with
+//! a rollback. Nothing of a duplicate is written, and only then is a second
+//! round trip spent, to learn which row it clashed with. What cannot be
+//! sent at all is refused before anything is.
 
-use std::cell::Cell;
-
-use futures_util::future::{join, join3, join4, join_all};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row as PgRow};
 use worker::Env;
 
 use super::handoff::{self, Row};
+use super::pipeline::Pipeline;
 use super::{begin, sql, with_client, PgError};
 use crate::clock::now_ms;
 use crate::d1::Statement;
@@ -21,25 +21,23 @@ use crate::event::VerifiedEvent;
 use crate::ledger::{self, Applied};
 use crate::log::{self, Line};
 
-/// The ledger row, in D1's column order (see `ledger::row`).
+/// The ledger row, in D1's column order (see `ledger::row`). Refused by
+/// the ledger's unique keys when it holds the event (SQLSTATE 23505).
 pub(crate) const LEDGER_INSERT: &str = "INSERT INTO processed_events \
      (source, event_id, type, received_at, processed_at, fence_sha256) \
-     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING event_id";
+     VALUES ($1, $2, $3, $4, $5, $6)";
 
 /// An operator's dismissal: the ledger row, marked, so that no later copy
 /// applies the event, and so that it is told from an applied one.
 const LEDGER_DISMISS: &str = "INSERT INTO processed_events \
      (source, event_id, type, received_at, processed_at, fence_sha256, dismissed_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $5) ON CONFLICT DO NOTHING RETURNING event_id";
+     VALUES ($1, $2, $3, $4, $5, $6, $5)";
 
 const DISMISSED: &str = "SELECT event_id FROM processed_events \
      WHERE source = $1 AND event_id = $2 AND dismissed_at IS NOT NULL";
 
-/// After a clash: the event's own row first (an earlier attempt), else the
-/// row holding the same signed body (a replay).
-const HOLDER: &str = "SELECT event_id FROM processed_events \
-     WHERE source = $1 AND (event_id = $2 OR fence_sha256 = $3) \
-     ORDER BY event_id = $2 DESC LIMIT 1";
+/// A unique key refused a row.
+const UNIQUE_VIOLATION: &str = "23505";
 
 /// Applies `batch` (as `effects::plan` made it: the ledger row, the
 /// effect's writes, the outbox rows and deliveries) for `event`, then hands
@@ -64,15 +62,15 @@ pub(crate) async fn dismissed(env: &Env, event: &VerifiedEvent) -> Result<bool, 
     with_client(env, async |client: &Client| {
         let params: [(&(dyn ToSql + Sync), Type); 2] =
             [(&event.source, Type::TEXT), (&event.id, Type::TEXT)];
-        let (begun, rows, committed) = join3(
-            begin(client),
-            client.query_typed(DISMISSED, &params),
-            client.batch_execute("COMMIT"),
-        )
-        .await;
-        begun?;
-        committed?;
-        Ok(!rows?.is_empty())
+        let mut pipeline = Pipeline::new(client);
+        let begun = begin(&mut pipeline);
+        let rows = pipeline.query(DISMISSED, &params);
+        let committed = pipeline.simple("COMMIT");
+        let mut answers = pipeline.answers().await;
+        begun.check(&mut answers)?;
+        let rows = answers.take(rows)?;
+        answers.take(committed)?;
+        Ok(!rows.is_empty())
     })
     .await
 }
@@ -80,29 +78,18 @@ pub(crate) async fn dismissed(env: &Env, event: &VerifiedEvent) -> Result<bool, 
 /// Whether the ledger holds `event` (or its signed body under another
 /// id); what an earlier attempt left to hand off is handed off.
 pub(crate) async fn handled(env: &Env, event: &VerifiedEvent) -> Result<bool, PgError> {
-    with_client(env, async |client: &Client| {
-        let (begun, holder, pending, committed) = join4(
-            begin(client),
-            holder(client, event),
-            pending(client, event),
-            client.batch_execute("COMMIT"),
-        )
-        .await;
-        begun?;
-        committed?;
-        let holder = holder?;
-        if holder.as_deref() == Some(event.id.as_str()) {
-            hand_off(env, client, event, &handoff::read(pending?)).await;
-        }
-        Ok(holder.is_some())
-    })
-    .await
+    let (holder, pending) =
+        with_client(env, async |client: &Client| held(client, event).await).await?;
+    if holder.as_deref() == Some(event.id.as_str()) {
+        hand_off(env, event, &pending).await;
+    }
+    Ok(holder.is_some())
 }
 
-/// `batch` in one transaction, its ledger row written by `ledger_sql`.
-/// Once `COMMIT` is acknowledged the effect is applied, whatever befalls
-/// the hand-off after it (it is done again by the next attempt, or the
-/// relay).
+/// `batch` in one transaction, its ledger row written by `ledger_sql`,
+/// then the hand-off, the connection closed. Once `COMMIT` is acknowledged
+/// the effect is applied, whatever befalls the hand-off (it is done again
+/// by the next attempt, or the relay).
 async fn transact(
     env: &Env,
     event: &VerifiedEvent,
@@ -120,46 +107,49 @@ async fn transact(
         return Err(PgError::Refused(why));
     }
     let rows: Vec<Row> = batch.iter().filter_map(|s| Row::of(event, s)).collect();
-    let committed = Cell::new(false);
-    let done = with_client(env, async |client: &Client| {
-        let ledger_params = sql::params(&ledger.params);
-        let (begun, inserted) = join(
-            begin(client),
-            client.query_typed(ledger_sql, &sql::typed(&ledger_params)),
-        )
-        .await;
-        begun?;
-        if inserted?.is_empty() {
-            return clashed(env, client, event).await;
+    let outcome = with_client(env, async |client: &Client| {
+        match commit(client, event, (ledger_sql, ledger), &writes, &rows).await? {
+            Some(written) => Ok(Outcome::Committed(written)),
+            None => Ok(Outcome::Held(held(client, event).await?)),
         }
-        let written = commit(client, event, &writes, &rows).await?;
-        committed.set(true);
-        hand_off(env, client, event, &written).await;
-        Ok(Applied::Now)
     })
-    .await;
-    match done {
-        Err(e) if committed.get() => {
-            log::error(
-                &Line::new("handoff_failed")
-                    .key(&event.key())
-                    .error(e.message()),
-            );
-            Ok(Applied::Now)
+    .await?;
+    let (applied, rows) = match outcome {
+        Outcome::Committed(written) => (Applied::Now, written),
+        // The ledger held the event, or its body under another id.
+        Outcome::Held((holder, pending)) => {
+            let id = holder.ok_or_else(|| PgError::Refused(ledger::NO_HOLDER.into()))?;
+            match ledger::held_as(event, id) {
+                // What that attempt left is handed off.
+                Applied::Earlier => (Applied::Earlier, pending),
+                replayed => (replayed, Vec::new()),
+            }
         }
-        done => done,
-    }
+    };
+    hand_off(env, event, &rows).await;
+    Ok(applied)
 }
 
-/// The writes and the hand-off rows, then `COMMIT`, in one round trip.
-/// Returns the hand-off rows written: not one whose key another event's
-/// row holds already (an outbox row keyed by a business object).
+/// How a transaction ended.
+enum Outcome {
+    /// Committed: the hand-off rows it wrote.
+    Committed(Vec<Row>),
+    /// Rolled back, the ledger holding the event: see [`held`].
+    Held((Option<String>, Vec<Row>)),
+}
+
+/// The transaction, in one round trip. Returns the hand-off rows written
+/// (not one whose key another event's row holds already: an outbox row
+/// keyed by a business object), or `None` if the ledger held the event.
 async fn commit(
     client: &Client,
     event: &VerifiedEvent,
+    (ledger_sql, ledger): (&'static str, &Statement),
     writes: &[&Statement],
     rows: &[Row],
-) -> Result<Vec<Row>, PgError> {
+) -> Result<Option<Vec<Row>>, PgError> {
+    let ledger_params = sql::params(&ledger.params);
+    let ledger_typed = sql::typed(&ledger_params);
     let texts: Vec<String> = writes.iter().map(|s| sql::text(s)).collect();
     let params: Vec<_> = writes.iter().map(|s| sql::params(&s.params)).collect();
     let typed: Vec<_> = writes
@@ -167,109 +157,85 @@ async fn commit(
         .zip(&params)
         .map(|(write, params)| sql::typed_for(write.sql, params))
         .collect();
-    let now = now_ms();
-    let encoded: Vec<String> = rows
-        .iter()
-        .map(|row| handoff::encode(&row.params))
-        .collect();
-    let kinds: Vec<&str> = rows.iter().map(|row| row.kind.name()).collect();
-    let row_params: Vec<[(&(dyn ToSql + Sync), Type); 6]> = rows
-        .iter()
-        .zip(&encoded)
-        .zip(&kinds)
-        .map(
-            |((row, params), kind)| -> [(&(dyn ToSql + Sync), Type); 6] {
-                [
-                    (kind, Type::TEXT),
-                    (&row.key, Type::TEXT),
-                    (&event.source, Type::TEXT),
-                    (&event.id, Type::TEXT),
-                    (params, Type::TEXT),
-                    (&now, Type::INT8),
-                ]
-            },
-        )
-        .collect();
-    let written = texts
+    let (listed, now) = (handoff::listed(rows), now_ms());
+    let row_params: [(&(dyn ToSql + Sync), Type); 4] = [
+        (&listed, Type::TEXT),
+        (&event.source, Type::TEXT),
+        (&event.id, Type::TEXT),
+        (&now, Type::INT8),
+    ];
+
+    let mut pipeline = Pipeline::new(client);
+    let begun = begin(&mut pipeline);
+    let held = pipeline.query(ledger_sql, &ledger_typed);
+    let written: Vec<_> = texts
         .iter()
         .zip(&typed)
-        .map(|(text, params)| client.execute_typed(text, params));
-    let inserted = row_params
-        .iter()
-        .map(|params| client.query_typed(handoff::INSERT, params));
-    let (written, inserted, committed) = join3(
-        join_all(written),
-        join_all(inserted),
-        client.batch_execute("COMMIT"),
-    )
-    .await;
+        .map(|(text, params)| pipeline.query(text, params))
+        .collect();
+    let inserted = (!rows.is_empty()).then(|| pipeline.query(handoff::INSERT, &row_params));
+    let committed = pipeline.simple("COMMIT");
+    let mut answers = pipeline.answers().await;
+
     // The first refusal is the cause; those after it only say the
-    // transaction was aborted. Postgres answered the COMMIT with a rollback.
-    let mut written = written.into_iter().zip(writes).enumerate();
-    if let Some((i, (Err(e), statement))) = written.find(|(_, (result, _))| result.is_err()) {
-        let which = format!("the effect's statement {} of {}", i + 1, writes.len());
-        return Err(PgError::from(e).at(&which, statement));
+    // transaction was aborted, and Postgres answered the COMMIT with a
+    // rollback.
+    begun.check(&mut answers)?;
+    match answers.take(held) {
+        Err(e) if e.code().is_some_and(|c| c.code() == UNIQUE_VIOLATION) => return Ok(None),
+        held => held?,
+    };
+    for (i, (sent, statement)) in written.into_iter().zip(writes).enumerate() {
+        if let Err(e) = answers.take(sent) {
+            let which = format!("the effect's statement {} of {}", i + 1, writes.len());
+            return Err(PgError::from(e).at(&which, statement));
+        }
     }
-    let inserted = inserted.into_iter().collect::<Result<Vec<_>, _>>()?;
-    committed?;
-    Ok(rows
-        .iter()
-        .zip(inserted)
-        .filter(|(_, returned)| !returned.is_empty())
-        .map(|(row, _)| row.clone())
-        .collect())
+    let inserted = match inserted {
+        Some(sent) => answers.take(sent)?,
+        None => Vec::new(),
+    };
+    answers.take(committed)?;
+    Ok(Some(handoff::returned(rows, &inserted)))
 }
 
-/// The ledger held the event, or its body under another id: says which
-/// (read before the rollback, within the transaction), and rolls back;
-/// after an earlier attempt, hands off what it left.
-async fn clashed(env: &Env, client: &Client, event: &VerifiedEvent) -> Result<Applied, PgError> {
-    let (holder, pending, rolled_back) = join3(
-        holder(client, event),
-        pending(client, event),
-        client.batch_execute("ROLLBACK"),
-    )
-    .await;
-    rolled_back?;
-    let Some(id) = holder? else {
-        return Err(PgError::Refused(ledger::NO_HOLDER.into()));
+/// The id under which the ledger holds `event` (its own, or another
+/// holding the same signed body), and the event's rows not yet handed
+/// off: one round trip, in a transaction of its own.
+async fn held(
+    client: &Client,
+    event: &VerifiedEvent,
+) -> Result<(Option<String>, Vec<Row>), PgError> {
+    let holder = ledger::holder(event);
+    let holder_sql = sql::text(&holder);
+    let holder_params = sql::params(&holder.params);
+    let holder_typed = sql::typed(&holder_params);
+    let pending_params: [(&(dyn ToSql + Sync), Type); 2] =
+        [(&event.source, Type::TEXT), (&event.id, Type::TEXT)];
+    let mut pipeline = Pipeline::new(client);
+    let begun = begin(&mut pipeline);
+    let found = pipeline.query(&holder_sql, &holder_typed);
+    let pending = pipeline.query(handoff::PENDING, &pending_params);
+    let committed = pipeline.simple("COMMIT");
+    let mut answers = pipeline.answers().await;
+    begun.check(&mut answers)?;
+    let found: Vec<PgRow> = answers.take(found)?;
+    let pending = answers.take(pending)?;
+    answers.take(committed)?;
+    let holder = match found.first() {
+        Some(row) => Some(row.try_get(0)?),
+        None => None,
     };
-    let applied = ledger::held_as(event, id);
-    if applied == Applied::Earlier {
-        hand_off(env, client, event, &handoff::read(pending?)).await;
-    }
-    Ok(applied)
+    Ok((holder, handoff::read(pending)))
 }
 
 /// The hand-off after a commit: its failure is logged, never the event's.
-async fn hand_off(env: &Env, client: &Client, event: &VerifiedEvent, rows: &[Row]) {
-    if let Err(e) = handoff::deliver(env, client, rows).await {
+async fn hand_off(env: &Env, event: &VerifiedEvent, rows: &[Row]) {
+    if let Err(e) = handoff::deliver(env, rows).await {
         log::error(
             &Line::new("handoff_failed")
                 .key(&event.key())
                 .error(e.message()),
         );
     }
-}
-
-/// The id under which the ledger holds `event`: its own, or another
-/// holding the same signed body.
-async fn holder(client: &Client, event: &VerifiedEvent) -> Result<Option<String>, PgError> {
-    let params: [(&(dyn ToSql + Sync), Type); 3] = [
-        (&event.source, Type::TEXT),
-        (&event.id, Type::TEXT),
-        (&event.fence, Type::TEXT),
-    ];
-    let rows = client.query_typed(HOLDER, &params).await?;
-    Ok(match rows.first() {
-        Some(row) => Some(row.try_get(0)?),
-        None => None,
-    })
-}
-
-/// The event's rows not yet handed off.
-async fn pending(client: &Client, event: &VerifiedEvent) -> Result<Vec<PgRow>, PgError> {
-    let params: [(&(dyn ToSql + Sync), Type); 2] =
-        [(&event.source, Type::TEXT), (&event.id, Type::TEXT)];
-    Ok(client.query_typed(handoff::PENDING, &params).await?)
 }

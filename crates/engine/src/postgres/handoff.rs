@@ -1,25 +1,18 @@
 //! What the engine's D1 tables need of an event committed in Postgres: its
 //! ledger row (for the failed list, the alerts, the admin pages), its
 //! outbox rows and its deliveries. They are written in the event's
-//! transaction to `webhook_outbox`, then copied to D1 after the commit, and
-//! marked handed off. Copies are idempotent (`ON CONFLICT DO NOTHING` on
-//! both sides), so a hand-off cut short is simply done again: by the
-//! event's next attempt, or by the cron relay, which claims what is left
-//! with `FOR UPDATE SKIP LOCKED` so that two runs never hold one row.
+//! transaction to `webhook_outbox`, copied to D1 after the commit, and
+//! marked handed off by the cron relay (see `relay`). Copies are idempotent
+//! (`ON CONFLICT DO NOTHING` on both sides), so a hand-off cut short is
+//! simply done again: by the event's next attempt, or by the relay.
 
-use futures_util::future::{join, join3, join_all};
 use serde_json::Value as Json;
-use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::Client;
 use worker::Env;
 
-use super::{begin, with_client, PgError};
-use crate::clock::now_ms;
-use crate::config::Store;
+use super::PgError;
 use crate::d1::{Db, Statement, Value};
 use crate::event::{dedupe_key, VerifiedEvent};
 use crate::log::{self, Line};
-use crate::settings::Settings;
 use crate::{forward, ledger, outbox};
 
 /// Which D1 table a row goes to.
@@ -45,12 +38,59 @@ impl Kind {
             .find(|kind| kind.name() == name)
     }
 
+    /// How many values such a row holds: its D1 statement's parameters.
+    fn values(self) -> usize {
+        match self {
+            Kind::Ledger | Kind::Outbox => 6,
+            Kind::Forwards => 5,
+        }
+    }
+
     /// The D1 statement writing such a row, a no-op when it is there.
     fn d1_sql(self) -> &'static str {
         match self {
             Kind::Ledger => ledger::MIRROR,
             Kind::Outbox => outbox::INSERT_ROW,
             Kind::Forwards => forward::INSERT_ROWS,
+        }
+    }
+
+    /// The D1 statement writing any number of such rows, listed as JSON by
+    /// [`d1_batch`]: one statement per kind, however many rows, a no-op
+    /// for each row that is there (the same columns as [`Kind::d1_sql`]).
+    fn d1_bulk_sql(self) -> &'static str {
+        match self {
+            Kind::Ledger => {
+                "INSERT INTO processed_events \
+                 (source, event_id, type, received_at, processed_at, fence_sha256) \
+                 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), \
+                  json_extract(value, '$[2]'), json_extract(value, '$[3]'), \
+                  json_extract(value, '$[4]'), json_extract(value, '$[5]') \
+                 FROM json_each(?1) WHERE true ON CONFLICT DO NOTHING"
+            }
+            Kind::Outbox => {
+                "INSERT INTO outbox \
+                 (idempotency_key, source, event_id, action, payload, next_attempt_at, \
+                  created_at, updated_at) \
+                 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), \
+                  json_extract(value, '$[2]'), json_extract(value, '$[3]'), \
+                  json_extract(value, '$[4]'), json_extract(value, '$[5]'), \
+                  json_extract(value, '$[5]'), json_extract(value, '$[5]') \
+                 FROM json_each(?1) WHERE true ON CONFLICT (idempotency_key) DO NOTHING"
+            }
+            // Each row's last value lists its deliveries (`forward::insert`).
+            Kind::Forwards => {
+                "INSERT INTO forwards \
+                 (delivery_id, source, event_id, event_type, destination, next_attempt_at, \
+                  created_at, budget_from, updated_at) \
+                 SELECT json_extract(d.value, '$[0]'), json_extract(r.value, '$[0]'), \
+                  json_extract(r.value, '$[1]'), json_extract(r.value, '$[2]'), \
+                  json_extract(d.value, '$[1]'), json_extract(r.value, '$[3]'), \
+                  json_extract(r.value, '$[3]'), json_extract(r.value, '$[3]'), \
+                  json_extract(r.value, '$[3]') \
+                 FROM json_each(?1) AS r, json_each(json_extract(r.value, '$[4]')) AS d \
+                 WHERE true ON CONFLICT (delivery_id) DO NOTHING"
+            }
         }
     }
 
@@ -91,34 +131,80 @@ impl Row {
         })
     }
 
-    fn d1(&self) -> Statement {
+    pub(super) fn d1(&self) -> Statement {
         Statement::new(self.kind.d1_sql(), self.params.clone())
     }
 }
 
-/// Written in the event's transaction: one row, a no-op if there (an
-/// outbox row keyed by a business object another event wrote).
+/// `rows` as one D1 batch of at most one statement per kind: D1 counts
+/// statements against a run's queries, and the relay copies thousands of
+/// rows a run.
+pub(crate) fn d1_batch(rows: &[Row]) -> Vec<Statement> {
+    [Kind::Ledger, Kind::Outbox, Kind::Forwards]
+        .into_iter()
+        .filter_map(|kind| {
+            let listed: Vec<String> = rows
+                .iter()
+                .filter(|row| row.kind == kind)
+                .map(|row| encode(&row.params))
+                .collect();
+            if listed.is_empty() {
+                return None;
+            }
+            let values = format!("[{}]", listed.join(","));
+            Some(Statement::new(
+                kind.d1_bulk_sql(),
+                vec![Value::Text(values)],
+            ))
+        })
+        .collect()
+}
+
+/// Written in the event's transaction: its rows, listed as JSON by
+/// [`listed`] (one statement, whatever their number), each a no-op if there
+/// (an outbox row keyed by a business object another event wrote).
 pub(crate) const INSERT: &str = "INSERT INTO webhook_outbox \
-     (kind, key, source, event_id, params, created_at) VALUES ($1, $2, $3, $4, $5, $6) \
-     ON CONFLICT (kind, key) DO NOTHING RETURNING key";
+     (kind, key, source, event_id, params, created_at) \
+     SELECT kind, key, $2, $3, params, $4 \
+     FROM json_to_recordset($1::json) AS listed(kind text, key text, params text) \
+     ON CONFLICT (kind, key) DO NOTHING RETURNING kind, key";
 
 /// The rows of one event not yet handed off (after a clash with an
 /// earlier attempt, whose hand-off may have been cut short).
 pub(super) const PENDING: &str = "SELECT kind, key, params FROM webhook_outbox \
      WHERE source = $1 AND event_id = $2 AND handed_off_at IS NULL";
 
-/// The relay's claim: rows past the grace period, the fewest failed tries
-/// first, then the oldest, skipping any another run (or an event's attempt)
-/// holds. A row D1 keeps refusing sinks behind the others.
-const CLAIM_DUE: &str = "SELECT kind, key, params FROM webhook_outbox \
-     WHERE handed_off_at IS NULL AND created_at <= $1 \
-     ORDER BY tries, created_at LIMIT 100 FOR UPDATE SKIP LOCKED";
+/// `rows` as [`INSERT`] takes them: a JSON array of their kind, key and
+/// values (as [`encode`] writes them).
+pub(crate) fn listed(rows: &[Row]) -> String {
+    let listed: Vec<Json> = rows
+        .iter()
+        .map(|row| {
+            serde_json::json!({
+                "kind": row.kind.name(),
+                "key": row.key,
+                "params": encode(&row.params),
+            })
+        })
+        .collect();
+    Json::from(listed).to_string()
+}
 
-/// A row the relay could not hand off (D1 refused it, or it is unreadable).
-const TRIED: &str = "UPDATE webhook_outbox SET tries = tries + 1 WHERE kind = $1 AND key = $2";
-
-const MARK: &str = "UPDATE webhook_outbox SET handed_off_at = $1 \
-     WHERE handed_off_at IS NULL AND (kind, key) IN (SELECT * FROM unnest($2::text[], $3::text[]))";
+/// Which of `rows` [`INSERT`] wrote, by the `(kind, key)` it returned.
+pub(crate) fn returned(rows: &[Row], inserted: &[tokio_postgres::Row]) -> Vec<Row> {
+    let written: Vec<(String, String)> = inserted
+        .iter()
+        .filter_map(|row| Some((row.try_get(0).ok()?, row.try_get(1).ok()?)))
+        .collect();
+    rows.iter()
+        .filter(|row| {
+            written
+                .iter()
+                .any(|(kind, key)| kind == row.kind.name() && key == &row.key)
+        })
+        .cloned()
+        .collect()
+}
 
 /// The values of a row as JSON text, and back.
 pub(crate) fn encode(params: &[Value]) -> String {
@@ -156,7 +242,7 @@ pub(super) fn read(rows: Vec<tokio_postgres::Row>) -> Vec<Row> {
 }
 
 /// The rows read, and the `(kind, key)` of each unreadable one.
-fn read_all(rows: Vec<tokio_postgres::Row>) -> (Vec<Row>, Vec<(String, String)>) {
+pub(super) fn read_all(rows: Vec<tokio_postgres::Row>) -> (Vec<Row>, Vec<(String, String)>) {
     let (mut read, mut unreadable) = (Vec::new(), Vec::new());
     for row in rows {
         let got = (row.try_get(0), row.try_get(1), row.try_get(2));
@@ -164,7 +250,10 @@ fn read_all(rows: Vec<tokio_postgres::Row>) -> (Vec<Row>, Vec<(String, String)>)
             continue;
         };
         let (kind, key, params): (String, String, String) = (kind, key, params);
-        match Kind::named(&kind).zip(decode(&params)) {
+        let read_as = Kind::named(&kind).zip(decode(&params));
+        // As many values as its statement binds: the bulk copy would read a
+        // missing one as NULL, where the statement would refuse the row.
+        match read_as.filter(|(kind, params)| params.len() == kind.values()) {
             Some((kind, params)) => read.push(Row { kind, key, params }),
             None => {
                 log::error(&Line::new("handoff_unreadable").detail(format!("{kind} {key}")));
@@ -175,112 +264,19 @@ fn read_all(rows: Vec<tokio_postgres::Row>) -> (Vec<Row>, Vec<(String, String)>)
     (read, unreadable)
 }
 
-/// Copies `rows` to D1, then marks them handed off. D1 refusing is logged
-/// and left to the relay: the event's effect has committed either way.
-pub(super) async fn deliver(env: &Env, client: &Client, rows: &[Row]) -> Result<(), PgError> {
+/// Copies `rows` to D1 after their event's commit. They stay unmarked in
+/// Postgres: the relay marks them, hundreds to a transaction, after
+/// copying them again (a no-op in D1), so that an event commits one
+/// transaction, not two. D1 refusing is logged and left to the relay: the
+/// event's effect has committed either way.
+pub(super) async fn deliver(env: &Env, rows: &[Row]) -> Result<(), PgError> {
     if rows.is_empty() {
         return Ok(());
     }
-    let statements: Vec<Statement> = rows.iter().map(Row::d1).collect();
-    if let Err(e) = Db::from_env(env)?.batch(&statements).await {
+    if let Err(e) = Db::from_env(env)?.batch(&d1_batch(rows)).await {
         log::error(&Line::new("handoff_failed").error(e));
-        return Ok(());
     }
-    mark(client, rows).await
-}
-
-async fn mark(client: &Client, rows: &[Row]) -> Result<(), PgError> {
-    let kinds: Vec<&str> = rows.iter().map(|row| row.kind.name()).collect();
-    let keys: Vec<&str> = rows.iter().map(|row| row.key.as_str()).collect();
-    let now = now_ms();
-    client
-        .execute_typed(
-            MARK,
-            &[
-                (&now, Type::INT8),
-                (&kinds, Type::TEXT_ARRAY),
-                (&keys, Type::TEXT_ARRAY),
-            ],
-        )
-        .await?;
     Ok(())
-}
-
-/// The cron's run: the relay, when effects commit in Postgres; logged as
-/// `handoff_relay` (with how many rows it handed off) or
-/// `handoff_relay_failed`.
-pub(crate) async fn run(env: &Env, settings: &Settings) {
-    let store = settings.inbox().map(|inbox| inbox.store);
-    let (Ok(Store::Postgres), Ok(outbox)) = (store, settings.outbox()) else {
-        return;
-    };
-    match relay(env, outbox.relay_grace_ms).await {
-        Ok(0) => {}
-        Ok(sent) => log::info(&Line::new("handoff_relay").sent(sent)),
-        // Logged once per isolate, as `store_behind`, naming the migration.
-        Err(PgError::Behind(_)) => {}
-        Err(e) => log::error(&Line::new("handoff_relay_failed").error(e.message())),
-    }
-}
-
-/// The cron relay: hands off up to 100 rows left past `grace_ms` (an
-/// attempt cut short between its commit and its hand-off), in one
-/// transaction that holds them with `FOR UPDATE SKIP LOCKED`. Should D1
-/// refuse the batch, each row goes on its own, and one it refuses (or one
-/// unreadable) counts a try, so that it cannot hold the others back.
-/// Returns how many it handed off.
-async fn relay(env: &Env, grace_ms: i64) -> Result<usize, PgError> {
-    let due = now_ms() - grace_ms;
-    with_client(env, async |client: &Client| {
-        let (begun, claimed) = join(
-            begin(client),
-            client.query_typed(CLAIM_DUE, &[(&due, Type::INT8)]),
-        )
-        .await;
-        begun?;
-        let (rows, mut refused) = read_all(claimed?);
-        let db = Db::from_env(env)?;
-        let statements: Vec<Statement> = rows.iter().map(Row::d1).collect();
-        let mut copied = rows.clone();
-        if !rows.is_empty() {
-            if let Err(e) = db.batch(&statements).await {
-                log::error(&Line::new("handoff_relay_failed").error(e));
-                copied.clear();
-                // Within half the unit's deadline, so that what it learned
-                // (which rows D1 takes, which it refuses) is kept.
-                let until = now_ms() + 2_500;
-                for (row, statement) in rows.iter().zip(&statements) {
-                    if now_ms() > until {
-                        break;
-                    }
-                    match db.batch(std::slice::from_ref(statement)).await {
-                        Ok(()) => copied.push(row.clone()),
-                        Err(_) => refused.push((row.kind.name().to_string(), row.key.clone())),
-                    }
-                }
-            }
-        }
-        let tried_params: Vec<[(&(dyn ToSql + Sync), Type); 2]> = refused
-            .iter()
-            .map(|(kind, key)| -> [(&(dyn ToSql + Sync), Type); 2] {
-                [(kind, Type::TEXT), (key, Type::TEXT)]
-            })
-            .collect();
-        let tried = tried_params
-            .iter()
-            .map(|params| client.execute_typed(TRIED, params));
-        let (marked, tried, committed) = join3(
-            mark(client, &copied),
-            join_all(tried),
-            client.batch_execute("COMMIT"),
-        )
-        .await;
-        marked?;
-        tried.into_iter().collect::<Result<Vec<_>, _>>()?;
-        committed?;
-        Ok(copied.len())
-    })
-    .await
 }
 
 #[cfg(test)]
@@ -313,8 +309,79 @@ mod tests {
         let write = Statement::new("UPDATE things SET n = n + 1", Vec::new());
         assert_eq!(Row::of(&event, &write), None);
         for kind in [Kind::Ledger, Kind::Outbox, Kind::Forwards] {
+            let bound = super::super::placeholders::highest(kind.d1_sql());
+            assert_eq!(bound, kind.values(), "{kind:?}");
             assert_eq!(Kind::named(kind.name()), Some(kind));
             assert!(kind.d1_sql().contains("DO NOTHING"), "{kind:?}");
         }
+    }
+
+    /// D1 (SQLite) holds the same rows, however they are copied: one
+    /// statement per row, or one per kind.
+    #[cfg(feature = "testing")]
+    #[test]
+    fn a_bulk_copy_writes_what_a_copy_per_row_writes() {
+        use crate::outbox::SideEffect;
+        let mut rows = Vec::new();
+        for (n, id) in ["evt_1", "evt_2"].into_iter().enumerate() {
+            let mut event = VerifiedEvent::example("example", "ping", "{}");
+            event.id = id.into();
+            event.fence = Some(format!("fence {n} with a 'quote'"));
+            event.forward = Some(r#"{"to":["a","b"],"headers":[]}"#.into());
+            let big = SideEffect::custom("ship", &serde_json::json!({"n": i64::MAX}));
+            let (outbox, _) = outbox::insert(&event, big, 1_700_000_000_000);
+            let (forwards, _) = forward::insert(&event, 1_700_000_000_001).unwrap();
+            for statement in [ledger::row(&event, 2), outbox, forwards] {
+                rows.push(Row::of(&event, &statement).unwrap());
+            }
+        }
+        let schema = include_str!("../../migrations/0001_engine_schema.sql");
+        let tables = ["processed_events", "outbox", "forwards"];
+        let copied = |statements: Vec<Statement>| {
+            let db = rusqlite::Connection::open_in_memory().unwrap();
+            db.execute_batch(schema).unwrap();
+            // Twice: the second copy changes nothing.
+            for statement in statements.iter().chain(&statements) {
+                let params: Vec<rusqlite::types::Value> = statement
+                    .params
+                    .iter()
+                    .map(|value| match value {
+                        Value::Text(text) => text.clone().into(),
+                        Value::Int(n) => (*n).into(),
+                        Value::Real(n) => (*n).into(),
+                        Value::Null => rusqlite::types::Value::Null,
+                    })
+                    .collect();
+                let sql = statement.sql;
+                db.execute(sql, rusqlite::params_from_iter(params)).unwrap();
+            }
+            tables.map(|table| {
+                let sql = format!("SELECT * FROM {table} ORDER BY 1, 2, 3");
+                let mut select = db.prepare(&sql).unwrap();
+                let width = select.column_count();
+                let rows = select.query_map([], |row| {
+                    (0..width)
+                        .map(|i| row.get::<_, rusqlite::types::Value>(i))
+                        .collect::<Result<Vec<_>, _>>()
+                });
+                rows.unwrap().collect::<Result<Vec<_>, _>>().unwrap()
+            })
+        };
+        let one_by_one = copied(rows.iter().map(Row::d1).collect());
+        let bulk = d1_batch(&rows);
+        assert_eq!(bulk.len(), 3);
+        assert_eq!(copied(bulk), one_by_one);
+        assert_eq!(one_by_one.map(|rows| rows.len()), [2, 2, 4]);
+    }
+
+    #[test]
+    fn rows_are_listed_as_json_the_insert_reads() {
+        let event = VerifiedEvent::example("example", "ping", "{}");
+        let row = Row::of(&event, &ledger::row(&event, 2)).unwrap();
+        let listed: Json = serde_json::from_str(&listed(std::slice::from_ref(&row))).unwrap();
+        assert_eq!(listed[0]["kind"], "ledger");
+        assert_eq!(listed[0]["key"], "example:evt_1");
+        let params = listed[0]["params"].as_str().unwrap();
+        assert_eq!(decode(params), Some(row.params));
     }
 }

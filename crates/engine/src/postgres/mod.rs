@@ -14,28 +14,33 @@
 
 mod apply;
 mod handoff;
+mod pipeline;
 mod placeholders;
+mod relay;
+mod scram;
 mod sql;
+mod startup;
 
 use std::pin::pin;
 use std::time::Duration;
 
-use futures_util::future::{join, join3, join_all, select, Either};
+use futures_util::future::{select, Either};
 use tokio_postgres::{config::SslMode, Client, Config, NoTls};
 use worker::{Delay, Env};
 
 use crate::config::Store;
 use crate::d1::{shown, Statement};
-use crate::migrations::{self, Behind};
+use crate::migrations::{self, Behind, Migration};
+use pipeline::{Answers, Pipeline, Sent};
 
 pub(crate) use apply::{apply, dismiss, dismissed, handled};
-pub(crate) use handoff::run as relay;
+pub(crate) use relay::run as relay;
 #[cfg(feature = "testing")]
 pub(crate) use sql::{params, typed_for, unsendable};
 #[cfg(feature = "testing")]
 pub(crate) use {apply::LEDGER_INSERT, handoff::Row, placeholders::numbered, sql::text};
 #[cfg(feature = "testing")]
-pub(crate) use {handoff::encode as encode_row, handoff::INSERT as INSERT_ROW};
+pub(crate) use {handoff::listed as listed_rows, handoff::INSERT as INSERT_ROWS};
 
 /// The Hyperdrive binding of the database (wrangler.toml's `[[hyperdrive]]`).
 pub const HYPERDRIVE_BINDING: &str = "HYPERDRIVE";
@@ -47,37 +52,57 @@ const DEADLINE: Duration = Duration::from_millis(5_000);
 /// Opens a transaction whose statements Postgres itself stops before the
 /// deadline (a lock held elsewhere, a slow disk), and which it rolls back
 /// should this side go quiet mid-way (a runtime killed between round
-/// trips), so that an abandoned transaction never holds a ledger key.
-/// `BEGIN` on its own, so that nothing can run outside the transaction;
-/// each limit after it in the same pipeline (a refused one aborts it).
-/// The first unit of an isolate also probes the engine's migrations there
-/// (see `migrations`): no round trip of their own.
-pub(crate) async fn begin(client: &Client) -> Result<(), PgError> {
+/// trips), so that an abandoned transaction never holds a ledger key. One
+/// simple query, `BEGIN` first, so that nothing runs outside the
+/// transaction; `SET LOCAL`, so that nothing outlives it on a pooled
+/// connection. The first unit of an isolate also probes the engine's
+/// migrations there (see `migrations`), in the same round trip.
+const BEGIN: &str = "BEGIN; SET LOCAL statement_timeout = 4000; \
+     SET LOCAL idle_in_transaction_session_timeout = 10000";
+
+/// Sends [`BEGIN`] and the probes due, first in `pipeline`.
+pub(crate) fn begin<'a>(pipeline: &mut Pipeline<'a>) -> Begun {
     let probes = migrations::unchecked(Store::Postgres);
-    let ((begun, statement, idle), probed) = join(
-        join3(
-            client.batch_execute("BEGIN"),
-            client.batch_execute("SET LOCAL statement_timeout = 4000"),
-            client.batch_execute("SET LOCAL idle_in_transaction_session_timeout = 10000"),
-        ),
-        join_all(probes.iter().map(|m| client.batch_execute(m.probe))),
-    )
-    .await;
-    begun.and(statement).and(idle)?;
-    for (migration, result) in probes.iter().zip(probed) {
-        let Err(e) = result else { continue };
-        let missing = e
-            .code()
-            .is_some_and(|c| migrations::postgres_missing(c.code()));
-        return Err(match PgError::from(e) {
-            PgError::Refused(why) if missing => PgError::Behind(migrations::behind(migration, why)),
-            error => error,
-        });
+    Begun {
+        begun: pipeline.simple(BEGIN),
+        probes: probes
+            .iter()
+            .map(|m| (m, pipeline.simple(m.probe)))
+            .collect(),
     }
-    if !probes.is_empty() {
-        migrations::passed(Store::Postgres);
+}
+
+/// The answers [`begin`] awaits.
+pub(crate) struct Begun {
+    begun: Sent,
+    probes: Vec<(&'static Migration, Sent)>,
+}
+
+impl Begun {
+    /// Whether the transaction began, and the engine's migrations are
+    /// there: a missing one is [`PgError::Behind`], naming it.
+    pub(crate) fn check(self, answers: &mut Answers) -> Result<(), PgError> {
+        answers.take(self.begun)?;
+        let checked = !self.probes.is_empty();
+        for (migration, probe) in self.probes {
+            let Err(e) = answers.take(probe) else {
+                continue;
+            };
+            let missing = e
+                .code()
+                .is_some_and(|c| migrations::postgres_missing(c.code()));
+            return Err(match PgError::from(e) {
+                PgError::Refused(why) if missing => {
+                    PgError::Behind(migrations::behind(migration, why))
+                }
+                error => error,
+            });
+        }
+        if checked {
+            migrations::passed(Store::Postgres);
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Why a unit of work did not complete.
@@ -277,7 +302,8 @@ async fn connected<T>(
     let mut config: Config = hyperdrive.connection_string().parse()?;
     // Hyperdrive's socket is the runtime's own; it speaks TLS to the origin.
     config.ssl_mode(SslMode::Disable);
-    let (client, connection) = config.connect_raw(hyperdrive.connect()?, NoTls).await?;
+    let started = startup::start(hyperdrive.connect()?, &config).await?;
+    let (client, connection) = config.connect_raw(started, NoTls).await?;
     let mut connection = pin!(connection);
     let result = match select(pin!(work(&client)), connection.as_mut()).await {
         Either::Left((result, _)) => result,

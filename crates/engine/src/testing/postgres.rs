@@ -7,6 +7,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use postgres_client::error::SqlState;
 use postgres_client::types::{ToSql, Type};
 use postgres_client::{Client, NoTls, Row};
 
@@ -89,32 +90,36 @@ impl Postgres {
         };
         let mut tx = self.client().transaction().map_err(failed(None))?;
         let ledger_sql = pg::LEDGER_INSERT;
-        let inserted = query(&mut tx, ledger_sql, ledger_sql, &ledger.params)
-            .map_err(failed(Some(ledger.sql)))?;
-        if inserted.is_empty() {
-            let holder = ledger::holder(event);
-            let held = query(&mut tx, &pg::text(&holder), holder.sql, &holder.params);
-            drop(tx);
-            return match held.map_err(failed(None))?.first() {
-                Some(row) => Ok(ledger::held_as(event, row.get(0))),
-                None => Err(Failure::said(None, ledger::NO_HOLDER.into())),
-            };
-        }
+        match query(&mut tx, ledger_sql, ledger_sql, &ledger.params) {
+            // The ledger holds the event: the transaction is aborted.
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                drop(tx);
+                let holder = ledger::holder(event);
+                let held = query(
+                    self.client(),
+                    &pg::text(&holder),
+                    holder.sql,
+                    &holder.params,
+                );
+                return match held.map_err(failed(None))?.first() {
+                    Some(row) => Ok(ledger::held_as(event, row.get(0))),
+                    None => Err(Failure::said(None, ledger::NO_HOLDER.into())),
+                };
+            }
+            held => held.map_err(failed(Some(ledger.sql)))?,
+        };
         for write in writes {
             query(&mut tx, &pg::text(write), write.sql, &write.params)
                 .map_err(failed(Some(write.sql)))?;
         }
-        let now = event.received_at + 1;
-        for row in rows {
+        if !rows.is_empty() {
             let params = [
-                Value::Text(row.kind.name().into()),
-                Value::Text(row.key.clone()),
+                Value::Text(pg::listed_rows(&rows)),
                 Value::Text(event.source.clone()),
                 Value::Text(event.id.clone()),
-                Value::Text(pg::encode_row(&row.params)),
-                Value::Int(now),
+                Value::Int(event.received_at + 1),
             ];
-            query(&mut tx, pg::INSERT_ROW, pg::INSERT_ROW, &params).map_err(failed(None))?;
+            query(&mut tx, pg::INSERT_ROWS, pg::INSERT_ROWS, &params).map_err(failed(None))?;
         }
         tx.commit().map_err(failed(None))?;
         Ok(Applied::Now)

@@ -1,0 +1,142 @@
+//! The cron relay: hands off to D1 what events committed in Postgres left
+//! unmarked (each event copies its rows to D1 itself, and the relay marks
+//! them, hundreds to a transaction, after copying them again as a no-op),
+//! and what an attempt cut short between its commit and its copy left.
+//! Rows are claimed with `FOR UPDATE SKIP LOCKED`, so that two runs never
+//! hold one row.
+
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Client;
+use worker::Env;
+
+use super::handoff::{d1_batch, read_all};
+use super::pipeline::Pipeline;
+use super::{begin, with_client, PgError};
+use crate::clock::now_ms;
+use crate::config::Store;
+use crate::d1::Db;
+use crate::log::{self, Line};
+use crate::settings::Settings;
+
+/// The relay's claim: rows past the grace period, the fewest failed tries
+/// first, then the oldest, skipping any another run (or an event's attempt)
+/// holds. A row D1 keeps refusing sinks behind the others.
+const CLAIM_DUE: &str = "SELECT kind, key, params FROM webhook_outbox \
+     WHERE handed_off_at IS NULL AND created_at <= $1 \
+     ORDER BY tries, created_at LIMIT $2 FOR UPDATE SKIP LOCKED";
+
+/// How many rows one relay transaction claims: one D1 batch.
+const CLAIMED: i64 = 500;
+
+/// How long a cron run hands off, batch after batch, before it leaves the
+/// rest to the next run (which may overlap it: they claim apart).
+const RELAY_BUDGET_MS: i64 = 20_000;
+
+/// Rows the relay could not hand off (D1 refused them, or they are
+/// unreadable): each counts a try.
+const TRIED: &str = "UPDATE webhook_outbox SET tries = tries + 1 \
+     WHERE (kind, key) IN (SELECT * FROM unnest($1::text[], $2::text[]))";
+
+/// Rows handed off: D1 holds them.
+const MARK: &str = "UPDATE webhook_outbox SET handed_off_at = $1 \
+     WHERE handed_off_at IS NULL AND (kind, key) IN (SELECT * FROM unnest($2::text[], $3::text[]))";
+
+/// The cron's run: the relay, when effects commit in Postgres; logged as
+/// `handoff_relay` (with how many rows it handed off) or
+/// `handoff_relay_failed`.
+pub(crate) async fn run(env: &Env, settings: &Settings) {
+    let store = settings.inbox().map(|inbox| inbox.store);
+    let (Ok(Store::Postgres), Ok(outbox)) = (store, settings.outbox()) else {
+        return;
+    };
+    match relay(env, outbox.relay_grace_ms).await {
+        Ok(0) => {}
+        Ok(sent) => log::info(&Line::new("handoff_relay").sent(sent)),
+        // Logged once per isolate, as `store_behind`, naming the migration.
+        Err(PgError::Behind(_)) => {}
+        Err(e) => log::error(&Line::new("handoff_relay_failed").error(e.message())),
+    }
+}
+
+/// The cron relay: hands off the rows left past `grace_ms` (each event's
+/// rows, which it copied to D1 itself, and any whose copy was cut short),
+/// [`CLAIMED`] at a time, until none is left or [`RELAY_BUDGET_MS`] is
+/// spent. Returns how many it handed off.
+async fn relay(env: &Env, grace_ms: i64) -> Result<usize, PgError> {
+    let until = now_ms() + RELAY_BUDGET_MS;
+    let mut sent = 0;
+    loop {
+        let (claimed, copied) = relay_batch(env, now_ms() - grace_ms).await?;
+        sent += copied;
+        if claimed < CLAIMED as usize || now_ms() > until {
+            return Ok(sent);
+        }
+    }
+}
+
+/// One batch, in one transaction that holds its rows with `FOR UPDATE SKIP
+/// LOCKED`: claimed, copied to D1, marked. Should D1 refuse the batch, each
+/// row goes on its own, and one it refuses (or one unreadable) counts a
+/// try, so that it cannot hold the others back. Returns how many rows it
+/// claimed, and how many it handed off.
+async fn relay_batch(env: &Env, due: i64) -> Result<(usize, usize), PgError> {
+    with_client(env, async |client: &Client| {
+        let claim: [(&(dyn ToSql + Sync), Type); 2] = [(&due, Type::INT8), (&CLAIMED, Type::INT8)];
+        let mut pipeline = Pipeline::new(client);
+        let begun = begin(&mut pipeline);
+        let claimed = pipeline.query(CLAIM_DUE, &claim);
+        let mut answers = pipeline.answers().await;
+        begun.check(&mut answers)?;
+        let claimed = answers.take(claimed)?;
+        let count = claimed.len();
+        let (rows, mut refused) = read_all(claimed);
+        let db = Db::from_env(env)?;
+        let mut copied = rows.clone();
+        if !rows.is_empty() {
+            if let Err(e) = db.batch(&d1_batch(&rows)).await {
+                log::error(&Line::new("handoff_relay_failed").error(e));
+                copied.clear();
+                // Within half the unit's deadline, so that what it learned
+                // (which rows D1 takes, which it refuses) is kept.
+                let until = now_ms() + 2_500;
+                for row in &rows {
+                    if now_ms() > until {
+                        break;
+                    }
+                    match db.batch(&[row.d1()]).await {
+                        Ok(()) => copied.push(row.clone()),
+                        Err(_) => refused.push((row.kind.name().to_string(), row.key.clone())),
+                    }
+                }
+            }
+        }
+        let (kinds, keys): (Vec<&str>, Vec<&str>) = copied
+            .iter()
+            .map(|row| (row.kind.name(), row.key.as_str()))
+            .unzip();
+        let (tried_kinds, tried_keys): (Vec<&str>, Vec<&str>) = refused
+            .iter()
+            .map(|(kind, key)| (kind.as_str(), key.as_str()))
+            .unzip();
+        let now = now_ms();
+        let mark: [(&(dyn ToSql + Sync), Type); 3] = [
+            (&now, Type::INT8),
+            (&kinds, Type::TEXT_ARRAY),
+            (&keys, Type::TEXT_ARRAY),
+        ];
+        let tried: [(&(dyn ToSql + Sync), Type); 2] = [
+            (&tried_kinds, Type::TEXT_ARRAY),
+            (&tried_keys, Type::TEXT_ARRAY),
+        ];
+        let mut pipeline = Pipeline::new(client);
+        let marked = pipeline.query(MARK, &mark);
+        let tried = pipeline.query(TRIED, &tried);
+        let committed = pipeline.simple("COMMIT");
+        let mut answers = pipeline.answers().await;
+        answers.take(marked)?;
+        answers.take(tried)?;
+        answers.take(committed)?;
+        Ok((count, copied.len()))
+    })
+    .await
+}
