@@ -14,7 +14,7 @@
 // `node scripts/deploy-postgres.mjs migrate` applies the migrations alone,
 // to POSTGRES_URL (the deploy workflow's step).
 import { spawnSync } from "node:child_process";
-import { realpathSync } from "node:fs";
+import { existsSync, realpathSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 
 const fail = (message) => {
@@ -24,8 +24,12 @@ const fail = (message) => {
 
 /**
  * libpq's environment for a postgres:// URL, nothing of it on a command
- * line; a URL it cannot read stops here, without being echoed. TLS is
- * required unless the URL's `sslmode` or PGSSLMODE says otherwise.
+ * line; a URL it cannot read stops here, without being echoed. By default
+ * the server must prove who it is (`sslmode=verify-full`, against the
+ * system's certificate authorities) and the password exchange is bound to
+ * that TLS session (`channel_binding=require`), so that no one between
+ * can pose as the server. The URL's own `sslmode`, `sslrootcert` and
+ * `channel_binding` relax either (`explain` says how).
  */
 export function libpqEnv(url, stop = fail) {
   let origin;
@@ -38,9 +42,8 @@ export function libpqEnv(url, stop = fail) {
       PGUSER: decodeURIComponent(u.username),
       PGPASSWORD: decodeURIComponent(u.password),
       PGDATABASE: decodeURIComponent(u.pathname.slice(1)),
-      PGSSLMODE: params.sslmode ?? "require",
+      ...tls(params),
       PGCONNECT_TIMEOUT: "15",
-      ...(params.sslrootcert ? { PGSSLROOTCERT: params.sslrootcert } : {}),
       ok: /^postgres(ql)?:$/.test(u.protocol),
     };
   } catch {
@@ -53,6 +56,45 @@ export function libpqEnv(url, stop = fail) {
   return env;
 }
 
+/** Without TLS there is nothing to bind the password exchange to. */
+const UNENCRYPTED = ["disable", "allow", "prefer"];
+
+/** The TLS settings of a URL's parameters, safe by default. */
+export function tls(params) {
+  const sslmode = params.sslmode ?? "verify-full";
+  const roots = params.sslrootcert ?? (sslmode.startsWith("verify-") ? systemRoots() : undefined);
+  return {
+    PGSSLMODE: sslmode,
+    PGCHANNELBINDING: params.channel_binding ?? (UNENCRYPTED.includes(sslmode) ? "prefer" : "require"),
+    ...(roots ? { PGSSLROOTCERT: roots } : {}),
+  };
+}
+
+/**
+ * The system's certificate authorities, as libpq reads them: `system`
+ * from libpq 16 on, else the bundle file of the distribution.
+ */
+function systemRoots() {
+  const version = spawnSync("psql", ["--version"], { encoding: "utf8" }).stdout?.match(/(\d+)\./)?.[1];
+  if (Number(version) >= 16) return "system";
+  const bundles = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"];
+  return bundles.find((file) => existsSync(file)) ?? "system";
+}
+
+/** What to change in POSTGRES_URL when psql refused the connection's security. */
+export function explain(said) {
+  if (/channel binding/i.test(said)) {
+    return "the server does not offer channel binding (SCRAM-SHA-256-PLUS over TLS): add channel_binding=prefer to POSTGRES_URL to connect without it";
+  }
+  if (/certificate|host name|hostname/i.test(said)) {
+    return "the server's certificate could not be verified against the system's authorities: add sslrootcert=<your provider's CA file> to POSTGRES_URL, or sslmode=require to encrypt without checking whom you connect to";
+  }
+  if (/does not support SSL/i.test(said)) {
+    return "the server does not offer TLS: add sslmode=disable to POSTGRES_URL only for a database on a private network";
+  }
+  return undefined;
+}
+
 /** A host as compared: lower case, an IPv6 address without its brackets. */
 const hostOf = (host) => host.replace(/^\[|\]$/g, "").toLowerCase();
 
@@ -61,12 +103,21 @@ const withoutLibpq = (env) => Object.fromEntries(Object.entries(env).filter(([na
 
 /** Applies migrations-postgres/ to the database of `url`; stops on a failure, the URL never shown. */
 export function migrate(url, stop = fail) {
+  const libpq = libpqEnv(url, stop);
+  console.log(
+    `Postgres: connecting with sslmode=${libpq.PGSSLMODE}, channel_binding=${libpq.PGCHANNELBINDING} ` +
+      "(POSTGRES_URL's sslmode, sslrootcert and channel_binding change them: docs/postgres.md)",
+  );
   const migrated = spawnSync("sh", ["scripts/postgres.sh", "migrate"], {
-    env: { ...withoutLibpq(process.env), ...libpqEnv(url, stop), PG_REMOTE: "1", POSTGRES_URL: "" },
+    env: { ...withoutLibpq(process.env), ...libpq, PG_REMOTE: "1", POSTGRES_URL: "" },
     encoding: "utf8",
     stdio: ["ignore", "inherit", "pipe"],
   });
-  if (migrated.status !== 0) stop(`migrations-postgres/ could not be applied (psql: ${migrated.stderr.replaceAll(url, "<POSTGRES_URL>").trim()})`);
+  if (migrated.status !== 0) {
+    const said = migrated.stderr.replaceAll(url, "<POSTGRES_URL>").trim();
+    const fix = explain(said);
+    stop(`migrations-postgres/ could not be applied (psql: ${said})${fix ? `: ${fix}` : ""}`);
+  }
   console.log("Postgres: migrations-postgres/ applied");
 }
 

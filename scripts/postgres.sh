@@ -157,8 +157,11 @@ start() {
 # PgBouncer in transaction mode, for every database of the cluster; started
 # once, and left running as the server is. Quick to say the server is down
 # (within the worker's 5 s): a client waits at most 2 s for a connection.
+pooler_running() {
+    [ -f "$POOLER/pgbouncer.pid" ] && grep -q pgbouncer "/proc/$(cat "$POOLER/pgbouncer.pid")/cmdline" 2>/dev/null
+}
 pooler() {
-    if [ -f "$POOLER/pgbouncer.pid" ] && kill -0 "$(cat "$POOLER/pgbouncer.pid")" 2>/dev/null; then
+    if pooler_running; then
         return
     fi
     if [ ! -x /usr/sbin/pgbouncer ]; then
@@ -199,7 +202,7 @@ EOF
 }
 
 stop_pooler() {
-    if [ -f "$POOLER/pgbouncer.pid" ]; then
+    if pooler_running; then
         kill "$(cat "$POOLER/pgbouncer.pid")" 2>/dev/null || true
     fi
 }

@@ -7,9 +7,10 @@
 // needs: stripe, github, demos
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
 import {
   chmodSync,
+  chownSync,
   copyFileSync,
   cpSync,
   mkdirSync,
@@ -354,5 +355,73 @@ describe("effects in Postgres: migrations-postgres/ applied, the Hyperdrive conf
     assert.notEqual(elsewhere.code, 0);
     assert.match(elsewhere.err, /points at .*, not at POSTGRES_URL's database/);
     assert.equal(migrated(), String(readdirSync(join(ROOT, "migrations-postgres")).length));
+  });
+});
+
+// needs: postgres
+describe("make deploy's connection to Postgres: the server's certificate verified, the password bound to it", () => {
+  const db = `deploy_tls_${process.pid}`;
+  const certs = mkdtempSync(join(tmpdir(), "deploy-tls-"));
+  let pg;
+  let direct;
+  const sql = (text) => pgctl(db, "psql", "-tA", "-c", text);
+  const migrate = (POSTGRES_URL) =>
+    new Promise((done) =>
+      execFile("node", ["scripts/deploy-postgres.mjs", "migrate"], { cwd: ROOT, env: { ...process.env, POSTGRES_URL } }, (error, out, err) =>
+        done({ code: error ? error.code : 0, out, err }),
+      ),
+    );
+  before(() => {
+    pg = freshDatabase();
+    pg.query(`DROP DATABASE IF EXISTS ${db}`);
+    pg.query(`CREATE DATABASE ${db}`);
+    direct = pg.direct.replace(/\/[^/]+$/, `/${db}`);
+    // A certificate authority of the test's own, which no system trusts,
+    // and the server's certificate for 127.0.0.1 signed by it.
+    const openssl = (...args) => execFileSync("openssl", args, { cwd: certs, stdio: "ignore" });
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=deploy test CA");
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1");
+    writeFileSync(join(certs, "san.ext"), "subjectAltName=IP:127.0.0.1\n");
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "san.ext");
+    const data = pgctl(db, "dir").trim();
+    for (const file of ["server.crt", "server.key"]) {
+      copyFileSync(join(certs, file), join(data, `deploy-tls-${file}`));
+      chmodSync(join(data, `deploy-tls-${file}`), 0o600);
+      chownSync(join(data, `deploy-tls-${file}`), statSync(data).uid, statSync(data).gid);
+    }
+    sql("ALTER SYSTEM SET ssl_cert_file = 'deploy-tls-server.crt'");
+    sql("ALTER SYSTEM SET ssl_key_file = 'deploy-tls-server.key'");
+    sql("ALTER SYSTEM SET ssl = on");
+    sql("SELECT pg_reload_conf()");
+  });
+  after(() => {
+    for (const setting of ["ssl", "ssl_cert_file", "ssl_key_file"]) sql(`ALTER SYSTEM RESET ${setting}`);
+    sql("SELECT pg_reload_conf()");
+    rmSync(certs, { recursive: true, force: true });
+  });
+
+  test("by default, a certificate no authority it trusts signed stops it, saying how to trust it", async () => {
+    const { code, out, err } = await migrate(direct);
+    assert.notEqual(code, 0);
+    assert.match(out, /connecting with sslmode=verify-full, channel_binding=require/);
+    assert.match(err, /certificate could not be verified .*add sslrootcert=<your provider's CA file> to POSTGRES_URL, or sslmode=require/);
+    assert.ok(!`${out}${err}`.includes(":webhooks@"), "the password is printed");
+  });
+
+  test("with its authority, the certificate is verified and the exchange bound to the session", async () => {
+    const { code, out, err } = await migrate(`${direct}?sslrootcert=${encodeURIComponent(join(certs, "ca.crt"))}`);
+    assert.equal(code, 0, err);
+    assert.match(out, /migrations-postgres\/ applied/);
+    // The migrations' table, written over TLS with channel binding required.
+    assert.ok(Number(sql("SELECT count(*) FROM webhook_migrations").trim()) > 0);
+  });
+
+  test("a server without TLS is named as such, and sslmode=disable still reaches it", async () => {
+    const pooled = pg.url.replace(/\/[^/]+$/, `/${db}`);
+    const refused = await migrate(pooled);
+    assert.notEqual(refused.code, 0);
+    assert.match(refused.err, /does not offer TLS: add sslmode=disable to POSTGRES_URL only for a database on a private network/);
+    const plain = await migrate(`${pooled}?sslmode=disable`);
+    assert.equal(plain.code, 0, plain.err);
   });
 });

@@ -65,6 +65,11 @@ describe("postgres: one event, one effect", () => {
     // for the relay to mark, hundreds to a transaction, once due: the
     // event committed one transaction, not a second for the mark.
     assert.equal(pg.scalar(`SELECT count(*) FROM webhook_outbox WHERE event_id = '${id}' AND handed_off_at IS NULL`), "2");
+    // The relay copies them again (a no-op) and marks them.
+    await (await w.mf.getWorker("webhooks")).scheduled({ cron: "* * * * *" });
+    assert.equal(pg.scalar(`SELECT count(*) FROM webhook_outbox WHERE event_id = '${id}' AND handed_off_at IS NULL`), "0");
+    assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+    assert.equal(emailsFor(email).length, 1);
   });
 
   test("50 distinct events at once: 50 ledger rows, 50 orders", async () => {

@@ -18,13 +18,6 @@ use crate::event::VerifiedEvent;
 pub(crate) const LEDGER_INSERT: &str = "INSERT INTO processed_events \
      (source, event_id, type, received_at, processed_at, fence_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
-/// The ledger row as the Postgres store copies it to D1 after its commit
-/// (see `postgres::handoff`): a no-op when it is there.
-#[cfg(feature = "postgres")]
-pub(crate) const MIRROR: &str = "INSERT INTO processed_events \
-     (source, event_id, type, received_at, processed_at, fence_sha256) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
-     ON CONFLICT DO NOTHING";
-
 /// The event's ledger row: "handled", with what the fence needs. The first
 /// statement of every effect batch, and alone the record of an event an
 /// operator dismissed.

@@ -65,7 +65,7 @@ pub(crate) async fn dismissed(env: &Env, event: &VerifiedEvent) -> Result<bool, 
         let mut pipeline = Pipeline::new(client);
         let begun = begin(&mut pipeline);
         let rows = pipeline.query(DISMISSED, &params);
-        let committed = pipeline.simple("COMMIT");
+        let committed = pipeline.commit();
         let mut answers = pipeline.answers().await;
         begun.check(&mut answers)?;
         let rows = answers.take(rows)?;
@@ -110,14 +110,17 @@ async fn transact(
     let outcome = with_client(env, async |client: &Client| {
         match commit(client, event, (ledger_sql, ledger), &writes, &rows).await? {
             Some(written) => Ok(Outcome::Committed(written)),
-            None => Ok(Outcome::Held(held(client, event).await?)),
+            None => {
+                let (holder, pending) = held(client, event).await?;
+                Ok(Outcome::Held { holder, pending })
+            }
         }
     })
     .await?;
     let (applied, rows) = match outcome {
         Outcome::Committed(written) => (Applied::Now, written),
         // The ledger held the event, or its body under another id.
-        Outcome::Held((holder, pending)) => {
+        Outcome::Held { holder, pending } => {
             let id = holder.ok_or_else(|| PgError::Refused(ledger::NO_HOLDER.into()))?;
             match ledger::held_as(event, id) {
                 // What that attempt left is handed off.
@@ -135,7 +138,10 @@ enum Outcome {
     /// Committed: the hand-off rows it wrote.
     Committed(Vec<Row>),
     /// Rolled back, the ledger holding the event: see [`held`].
-    Held((Option<String>, Vec<Row>)),
+    Held {
+        holder: Option<String>,
+        pending: Vec<Row>,
+    },
 }
 
 /// The transaction, in one round trip. Returns the hand-off rows written
@@ -167,23 +173,23 @@ async fn commit(
 
     let mut pipeline = Pipeline::new(client);
     let begun = begin(&mut pipeline);
-    let held = pipeline.query(ledger_sql, &ledger_typed);
+    let ledger_row = pipeline.execute(ledger_sql, &ledger_typed);
     let written: Vec<_> = texts
         .iter()
         .zip(&typed)
-        .map(|(text, params)| pipeline.query(text, params))
+        .map(|(text, params)| pipeline.execute(text, params))
         .collect();
     let inserted = (!rows.is_empty()).then(|| pipeline.query(handoff::INSERT, &row_params));
-    let committed = pipeline.simple("COMMIT");
+    let committed = pipeline.commit();
     let mut answers = pipeline.answers().await;
 
     // The first refusal is the cause; those after it only say the
     // transaction was aborted, and Postgres answered the COMMIT with a
     // rollback.
     begun.check(&mut answers)?;
-    match answers.take(held) {
+    match answers.take(ledger_row) {
         Err(e) if e.code().is_some_and(|c| c.code() == UNIQUE_VIOLATION) => return Ok(None),
-        held => held?,
+        inserted => inserted?,
     };
     for (i, (sent, statement)) in written.into_iter().zip(writes).enumerate() {
         if let Err(e) = answers.take(sent) {
@@ -216,7 +222,7 @@ async fn held(
     let begun = begin(&mut pipeline);
     let found = pipeline.query(&holder_sql, &holder_typed);
     let pending = pipeline.query(handoff::PENDING, &pending_params);
-    let committed = pipeline.simple("COMMIT");
+    let committed = pipeline.commit();
     let mut answers = pipeline.answers().await;
     begun.check(&mut answers)?;
     let found: Vec<PgRow> = answers.take(found)?;

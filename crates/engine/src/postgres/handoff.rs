@@ -46,18 +46,9 @@ impl Kind {
         }
     }
 
-    /// The D1 statement writing such a row, a no-op when it is there.
-    fn d1_sql(self) -> &'static str {
-        match self {
-            Kind::Ledger => ledger::MIRROR,
-            Kind::Outbox => outbox::INSERT_ROW,
-            Kind::Forwards => forward::INSERT_ROWS,
-        }
-    }
-
     /// The D1 statement writing any number of such rows, listed as JSON by
     /// [`d1_batch`]: one statement per kind, however many rows, a no-op
-    /// for each row that is there (the same columns as [`Kind::d1_sql`]).
+    /// for each row that is there (the columns the D1 store writes).
     fn d1_bulk_sql(self) -> &'static str {
         match self {
             Kind::Ledger => {
@@ -130,34 +121,41 @@ impl Row {
             params: statement.params.clone(),
         })
     }
-
-    pub(super) fn d1(&self) -> Statement {
-        Statement::new(self.kind.d1_sql(), self.params.clone())
-    }
 }
 
-/// `rows` as one D1 batch of at most one statement per kind: D1 counts
-/// statements against a run's queries, and the relay copies thousands of
-/// rows a run.
+/// `rows` as one D1 batch of one statement per kind (more only past
+/// [`LISTED_BYTES`]): D1 counts statements against a run's queries, and the
+/// relay copies thousands of rows a run.
 pub(crate) fn d1_batch(rows: &[Row]) -> Vec<Statement> {
-    [Kind::Ledger, Kind::Outbox, Kind::Forwards]
-        .into_iter()
-        .filter_map(|kind| {
-            let listed: Vec<String> = rows
-                .iter()
-                .filter(|row| row.kind == kind)
-                .map(|row| encode(&row.params))
-                .collect();
-            if listed.is_empty() {
-                return None;
+    let mut statements = Vec::new();
+    for kind in [Kind::Ledger, Kind::Outbox, Kind::Forwards] {
+        let mut listed = String::new();
+        for row in rows.iter().filter(|row| row.kind == kind) {
+            let values = encode(&row.params);
+            if !listed.is_empty() && listed.len() + values.len() > LISTED_BYTES {
+                statements.push(bulk(kind, &mut listed));
             }
-            let values = format!("[{}]", listed.join(","));
-            Some(Statement::new(
-                kind.d1_bulk_sql(),
-                vec![Value::Text(values)],
-            ))
-        })
-        .collect()
+            listed.push(if listed.is_empty() { '[' } else { ',' });
+            listed.push_str(&values);
+        }
+        if !listed.is_empty() {
+            statements.push(bulk(kind, &mut listed));
+        }
+    }
+    statements
+}
+
+/// At most so many bytes of rows in one statement: D1 takes a string of
+/// 2 MB at most.
+const LISTED_BYTES: usize = 1_000_000;
+
+/// The statement writing the rows `listed` (taken), closed as a JSON array.
+fn bulk(kind: Kind, listed: &mut String) -> Statement {
+    listed.push(']');
+    Statement::new(
+        kind.d1_bulk_sql(),
+        vec![Value::Text(std::mem::take(listed))],
+    )
 }
 
 /// Written in the event's transaction: its rows, listed as JSON by
@@ -283,6 +281,24 @@ pub(super) async fn deliver(env: &Env, rows: &[Row]) -> Result<(), PgError> {
 mod tests {
     use super::*;
 
+    /// The D1 statement writing one row of `kind`, as the D1 store does, a
+    /// no-op when it is there: what the bulk copy must equal.
+    fn one_row_sql(kind: Kind) -> &'static str {
+        match kind {
+            Kind::Ledger => {
+                "INSERT INTO processed_events \
+                 (source, event_id, type, received_at, processed_at, fence_sha256) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING"
+            }
+            Kind::Outbox => outbox::INSERT_ROW,
+            Kind::Forwards => forward::INSERT_ROWS,
+        }
+    }
+
+    fn one_row(row: &Row) -> Statement {
+        Statement::new(one_row_sql(row.kind), row.params.clone())
+    }
+
     #[test]
     fn values_survive_their_json_text() {
         let params = vec![
@@ -305,14 +321,13 @@ mod tests {
             (row.kind, row.key.as_str()),
             (Kind::Ledger, "example:evt_1")
         );
-        assert_eq!(row.d1().sql, ledger::MIRROR);
         let write = Statement::new("UPDATE things SET n = n + 1", Vec::new());
         assert_eq!(Row::of(&event, &write), None);
         for kind in [Kind::Ledger, Kind::Outbox, Kind::Forwards] {
-            let bound = super::super::placeholders::highest(kind.d1_sql());
+            let bound = super::super::placeholders::highest(one_row_sql(kind));
             assert_eq!(bound, kind.values(), "{kind:?}");
             assert_eq!(Kind::named(kind.name()), Some(kind));
-            assert!(kind.d1_sql().contains("DO NOTHING"), "{kind:?}");
+            assert!(kind.d1_bulk_sql().contains("DO NOTHING"), "{kind:?}");
         }
     }
 
@@ -367,10 +382,19 @@ mod tests {
                 rows.unwrap().collect::<Result<Vec<_>, _>>().unwrap()
             })
         };
-        let one_by_one = copied(rows.iter().map(Row::d1).collect());
+        let one_by_one = copied(rows.iter().map(one_row).collect());
         let bulk = d1_batch(&rows);
         assert_eq!(bulk.len(), 3);
         assert_eq!(copied(bulk), one_by_one);
+        // Rows past a statement's size go in more statements, to the same end.
+        let mut big = rows.clone();
+        let payload = Value::Text("x".repeat(LISTED_BYTES / 2));
+        for row in big.iter_mut().filter(|row| row.kind == Kind::Outbox) {
+            row.params[4] = payload.clone();
+        }
+        let split = d1_batch(&big);
+        assert_eq!(split.len(), 4, "the two outbox rows in two statements");
+        assert_eq!(copied(split), copied(big.iter().map(one_row).collect()));
         assert_eq!(one_by_one.map(|rows| rows.len()), [2, 2, 4]);
     }
 

@@ -25,13 +25,15 @@ use std::pin::pin;
 use std::time::Duration;
 
 use futures_util::future::{select, Either};
-use tokio_postgres::{config::SslMode, Client, Config, NoTls};
-use worker::{Delay, Env};
+use tokio_postgres::tls::NoTlsStream;
+use tokio_postgres::{config::SslMode, Client, Config, Connection, NoTls};
+use worker::{Delay, Env, Socket};
 
 use crate::config::Store;
 use crate::d1::{shown, Statement};
 use crate::migrations::{self, Behind, Migration};
 use pipeline::{Answers, Pipeline, Sent};
+use startup::Started;
 
 pub(crate) use apply::{apply, dismiss, dismissed, handled};
 pub(crate) use relay::run as relay;
@@ -279,46 +281,54 @@ fn condition(code: &str) -> Option<&'static str> {
 }
 
 /// Runs `work` on a new connection to the database, polling the connection
-/// alongside it, then closes the connection, all before `DEADLINE`.
+/// alongside it, both before `DEADLINE`; then closes the connection, for
+/// at most `CLOSE`, whatever the close comes to: once `work` has its
+/// answer (a `COMMIT` acknowledged), nothing after it can change it.
 pub(crate) async fn with_client<T>(
     env: &Env,
     work: impl AsyncFnOnce(&Client) -> Result<T, PgError>,
 ) -> Result<T, PgError> {
-    let unit = pin!(connected(env, work));
-    match select(unit, pin!(Delay::from(DEADLINE))).await {
-        Either::Left((result, _)) => result,
-        Either::Right(_) => Err(PgError::Slow(format!(
-            "no answer within {} ms",
-            DEADLINE.as_millis()
-        ))),
-    }
-}
-
-async fn connected<T>(
-    env: &Env,
-    work: impl AsyncFnOnce(&Client) -> Result<T, PgError>,
-) -> Result<T, PgError> {
-    let hyperdrive = env.hyperdrive(HYPERDRIVE_BINDING)?;
-    let mut config: Config = hyperdrive.connection_string().parse()?;
-    // Hyperdrive's socket is the runtime's own; it speaks TLS to the origin.
-    config.ssl_mode(SslMode::Disable);
-    let started = startup::start(hyperdrive.connect()?, &config).await?;
-    let (client, connection) = config.connect_raw(started, NoTls).await?;
+    let mut deadline = pin!(Delay::from(DEADLINE));
+    let slow = || {
+        let ms = DEADLINE.as_millis();
+        PgError::Slow(format!("no answer within {ms} ms"))
+    };
+    let (client, connection) = match select(pin!(connect(env)), deadline.as_mut()).await {
+        Either::Left((connected, _)) => connected?,
+        Either::Right(_) => return Err(slow()),
+    };
     let mut connection = pin!(connection);
-    let result = match select(pin!(work(&client)), connection.as_mut()).await {
-        Either::Left((result, _)) => result,
-        Either::Right((ended, _)) => {
-            return Err(PgError::Unavailable(match ended {
-                Ok(()) => "the server closed the connection".into(),
-                Err(e) => e.to_string(),
-            }))
+    let result = {
+        let work = pin!(work(&client));
+        match select(select(work, connection.as_mut()), deadline).await {
+            Either::Left((Either::Left((result, _)), _)) => result,
+            Either::Left((Either::Right((ended, _)), _)) => {
+                return Err(PgError::Unavailable(match ended {
+                    Ok(()) => "the server closed the connection".into(),
+                    Err(e) => e.to_string(),
+                }));
+            }
+            Either::Right(_) => Err(slow()),
         }
     };
     // Closed here, within the request: the client's drop sends Terminate,
     // and the connection ends once the server has it.
     drop(client);
-    let _closed = connection.await;
+    let _closed = select(connection, pin!(Delay::from(CLOSE))).await;
     result
+}
+
+/// How long a connection is given to close once its work is done.
+const CLOSE: Duration = Duration::from_millis(1_000);
+
+/// A new connection through Hyperdrive, started and authenticated.
+async fn connect(env: &Env) -> Result<(Client, Connection<Started<Socket>, NoTlsStream>), PgError> {
+    let hyperdrive = env.hyperdrive(HYPERDRIVE_BINDING)?;
+    let mut config: Config = hyperdrive.connection_string().parse()?;
+    // Hyperdrive's socket is the runtime's own; it speaks TLS to the origin.
+    config.ssl_mode(SslMode::Disable);
+    let started = startup::start(hyperdrive.connect()?, &config).await?;
+    Ok(config.connect_raw(started, NoTls).await?)
 }
 
 #[cfg(test)]

@@ -25,11 +25,14 @@ type Pending<'a> = Pin<Box<dyn Future<Output = Answer> + 'a>>;
 pub(crate) struct Pipeline<'a> {
     client: &'a Client,
     sent: Vec<(Pending<'a>, Option<Answer>)>,
+    /// Whether a statement failed before it could be sent (a value the
+    /// client could not encode, a closed connection): a `COMMIT` after it
+    /// would commit the others without it.
+    broken: bool,
 }
 
 /// Where a statement's answer is, in [`Pipeline::answers`]: neither `Copy`
 /// nor `Clone`, so that each answer is taken once.
-#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Sent(usize);
 
 impl<'a> Pipeline<'a> {
@@ -37,6 +40,7 @@ impl<'a> Pipeline<'a> {
         Pipeline {
             client,
             sent: Vec::new(),
+            broken: false,
         }
     }
 
@@ -50,6 +54,27 @@ impl<'a> Pipeline<'a> {
     ) -> Sent {
         let client = self.client;
         self.send(Box::pin(client.query_typed(sql, params)))
+    }
+
+    /// Sends a write: [`Pipeline::query`] for a statement whose rows are not
+    /// read. Its result columns are never described, so no type of theirs
+    /// is looked up (tokio-postgres would prepare a statement for one it
+    /// does not know, after the `COMMIT`).
+    pub(crate) fn execute(
+        &mut self,
+        sql: &'a str,
+        params: &'a [(&'a (dyn ToSql + Sync), Type)],
+    ) -> Sent {
+        let client = self.client;
+        self.send(Box::pin(async move {
+            client.execute_typed(sql, params).await.map(|_| Vec::new())
+        }))
+    }
+
+    /// Ends the transaction: `COMMIT`, or `ROLLBACK` if a statement before
+    /// it could not be sent.
+    pub(crate) fn commit(&mut self) -> Sent {
+        self.simple(if self.broken { "ROLLBACK" } else { "COMMIT" })
     }
 
     /// Sends `sql` as a simple query (no parameters; it may hold several
@@ -66,7 +91,10 @@ impl<'a> Pipeline<'a> {
     fn send(&mut self, mut pending: Pending<'a>) -> Sent {
         let mut cx = Context::from_waker(noop_waker_ref());
         let answered = match pending.as_mut().poll(&mut cx) {
-            Poll::Ready(answer) => Some(answer),
+            Poll::Ready(answer) => {
+                self.broken |= answer.is_err();
+                Some(answer)
+            }
             Poll::Pending => None,
         };
         self.sent.push((pending, answered));

@@ -9,7 +9,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Client;
 use worker::Env;
 
-use super::handoff::{d1_batch, read_all};
+use super::handoff::{d1_batch, read_all, Row};
 use super::pipeline::Pipeline;
 use super::{begin, with_client, PgError};
 use crate::clock::now_ms;
@@ -31,6 +31,16 @@ const CLAIMED: i64 = 500;
 /// How long a cron run hands off, batch after batch, before it leaves the
 /// rest to the next run (which may overlap it: they claim apart).
 const RELAY_BUDGET_MS: i64 = 20_000;
+
+/// At most so many batches a run: each is one D1 call of a few statements,
+/// and D1 allows an invocation 1,000 (50 on the Free plan), which the
+/// outbox and forwarding relays after this one share.
+const BATCHES: usize = 40;
+
+/// When D1 refuses a batch, it is halved, and each half tried again, down
+/// to the rows D1 refuses alone: at most so many D1 calls a batch (one row
+/// among 500 takes about 18).
+const SPLITS: usize = 24;
 
 /// Rows the relay could not hand off (D1 refused them, or they are
 /// unreadable): each counts a try.
@@ -65,21 +75,55 @@ pub(crate) async fn run(env: &Env, settings: &Settings) {
 async fn relay(env: &Env, grace_ms: i64) -> Result<usize, PgError> {
     let until = now_ms() + RELAY_BUDGET_MS;
     let mut sent = 0;
-    loop {
+    for _ in 0..BATCHES {
         let (claimed, copied) = relay_batch(env, now_ms() - grace_ms).await?;
         sent += copied;
-        if claimed < CLAIMED as usize || now_ms() > until {
-            return Ok(sent);
+        // A batch short of full, or one D1 refused (D1 in trouble, or a
+        // row it refuses): the rest waits for the next run.
+        if claimed < CLAIMED as usize || copied < claimed || now_ms() > until {
+            break;
         }
     }
+    Ok(sent)
+}
+
+/// Copies `rows` to D1, in bulk; where D1 refuses a copy, in halves, down to
+/// the rows it refuses alone, within [`SPLITS`] calls and until `until`.
+/// Returns the rows D1 holds, and those it refused alone; any left untried
+/// are neither.
+async fn copy(db: &Db, rows: Vec<Row>, until: i64) -> (Vec<Row>, Vec<Row>) {
+    let (mut copied, mut refused) = (Vec::new(), Vec::new());
+    let mut parts = vec![rows];
+    let mut calls = 0;
+    while let Some(mut part) = parts.pop() {
+        if part.is_empty() || calls > SPLITS || (calls > 0 && now_ms() > until) {
+            continue;
+        }
+        calls += 1;
+        match db.batch(&d1_batch(&part)).await {
+            Ok(()) => copied.append(&mut part),
+            Err(e) if part.len() == 1 => {
+                log::error(&Line::new("handoff_refused").detail(&part[0].key).error(e));
+                refused.append(&mut part);
+            }
+            Err(_) => {
+                let half = part.split_off(part.len() / 2);
+                parts.extend([half, part]);
+            }
+        }
+    }
+    (copied, refused)
 }
 
 /// One batch, in one transaction that holds its rows with `FOR UPDATE SKIP
-/// LOCKED`: claimed, copied to D1, marked. Should D1 refuse the batch, each
-/// row goes on its own, and one it refuses (or one unreadable) counts a
-/// try, so that it cannot hold the others back. Returns how many rows it
-/// claimed, and how many it handed off.
+/// LOCKED`: claimed, copied to D1 (see [`copy`]), marked. A row D1 refuses
+/// alone (or one unreadable) counts a try, so that it cannot hold the
+/// others back. Returns how many rows it claimed, and how many it handed
+/// off.
 async fn relay_batch(env: &Env, due: i64) -> Result<(usize, usize), PgError> {
+    // Well within the unit's deadline, so that what it learns (which rows
+    // D1 takes, which it refuses) is kept.
+    let until = now_ms() + 3_000;
     with_client(env, async |client: &Client| {
         let claim: [(&(dyn ToSql + Sync), Type); 2] = [(&due, Type::INT8), (&CLAIMED, Type::INT8)];
         let mut pipeline = Pipeline::new(client);
@@ -91,25 +135,12 @@ async fn relay_batch(env: &Env, due: i64) -> Result<(usize, usize), PgError> {
         let count = claimed.len();
         let (rows, mut refused) = read_all(claimed);
         let db = Db::from_env(env)?;
-        let mut copied = rows.clone();
-        if !rows.is_empty() {
-            if let Err(e) = db.batch(&d1_batch(&rows)).await {
-                log::error(&Line::new("handoff_relay_failed").error(e));
-                copied.clear();
-                // Within half the unit's deadline, so that what it learned
-                // (which rows D1 takes, which it refuses) is kept.
-                let until = now_ms() + 2_500;
-                for row in &rows {
-                    if now_ms() > until {
-                        break;
-                    }
-                    match db.batch(&[row.d1()]).await {
-                        Ok(()) => copied.push(row.clone()),
-                        Err(_) => refused.push((row.kind.name().to_string(), row.key.clone())),
-                    }
-                }
-            }
-        }
+        let (copied, not_taken) = copy(&db, rows, until).await;
+        refused.extend(
+            not_taken
+                .iter()
+                .map(|row| (row.kind.name().to_string(), row.key.clone())),
+        );
         let (kinds, keys): (Vec<&str>, Vec<&str>) = copied
             .iter()
             .map(|row| (row.kind.name(), row.key.as_str()))
@@ -129,9 +160,9 @@ async fn relay_batch(env: &Env, due: i64) -> Result<(usize, usize), PgError> {
             (&tried_keys, Type::TEXT_ARRAY),
         ];
         let mut pipeline = Pipeline::new(client);
-        let marked = pipeline.query(MARK, &mark);
-        let tried = pipeline.query(TRIED, &tried);
-        let committed = pipeline.simple("COMMIT");
+        let marked = pipeline.execute(MARK, &mark);
+        let tried = pipeline.execute(TRIED, &tried);
+        let committed = pipeline.commit();
         let mut answers = pipeline.answers().await;
         answers.take(marked)?;
         answers.take(tried)?;

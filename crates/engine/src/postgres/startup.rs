@@ -20,6 +20,9 @@ use tokio_postgres::Config;
 use super::scram::Scram;
 use super::PgError;
 
+/// The protocol a startup message asks for: 3.0.
+const PROTOCOL_3_0: u32 = 196_608;
+
 /// `AuthenticationOk`, as the server sends it.
 const AUTHENTICATED: [u8; 9] = [b'R', 0, 0, 0, 8, 0, 0, 0, 0];
 
@@ -50,7 +53,10 @@ where
     frontend::startup_message(parameters, &mut out).map_err(lost)?;
 
     let mut received = BytesMut::new();
-    let mut scram = None;
+    // Once SCRAM has begun, it is the only way in, and the session opens
+    // only after the server proved it knows the password.
+    let mut scram: Option<Scram> = None;
+    let mut proven = false;
     loop {
         if !out.is_empty() {
             socket.write_all(&out).await.map_err(lost)?;
@@ -65,8 +71,23 @@ where
                 return Err(PgError::Unavailable("connection closed".into()));
             }
         };
+        let midway = scram.is_some() && !proven;
         match message {
+            Message::AuthenticationOk if midway => {
+                return Err(refused(
+                    "the server did not prove it knows the password".into(),
+                ));
+            }
             Message::AuthenticationOk => break,
+            Message::AuthenticationCleartextPassword
+            | Message::AuthenticationMd5Password(_)
+            | Message::AuthenticationSasl(_)
+                if scram.is_some() =>
+            {
+                return Err(refused(
+                    "the server changed its request mid-exchange".into(),
+                ));
+            }
             Message::AuthenticationCleartextPassword => {
                 frontend::password_message(password, &mut out).map_err(lost)?;
             }
@@ -105,6 +126,7 @@ where
                 let server_final =
                     std::str::from_utf8(body.data()).map_err(|e| refused(e.to_string()))?;
                 exchange.verify(server_final).map_err(refused)?;
+                proven = true;
             }
             Message::ErrorResponse(body) => return Err(said(body.fields())),
             _ => return Err(refused("an unexpected message from the server".into())),
@@ -142,8 +164,8 @@ fn said(mut fields: ErrorFields<'_>) -> PgError {
 pub(crate) struct Started<S> {
     socket: S,
     replay: BytesMut,
-    /// The start of tokio-postgres's startup message, until its length is
-    /// known (its first four bytes).
+    /// The start of tokio-postgres's startup message, until its length and
+    /// protocol version are known (its first eight bytes).
     swallowed: Vec<u8>,
     /// How much of that message is still to come, once known.
     startup: Option<usize>,
@@ -180,11 +202,21 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Started<S> {
                 Poll::Ready(Ok(n))
             }
             None => {
-                let n = (4 - this.swallowed.len()).min(buf.len());
+                // Its length and protocol version: 3.0, or not a startup
+                // message (an SSL request would be one): refused.
+                let n = (8 - this.swallowed.len()).min(buf.len());
                 this.swallowed.extend_from_slice(&buf[..n]);
-                if let Ok(length) = <[u8; 4]>::try_from(this.swallowed.as_slice()) {
-                    let length = u32::from_be_bytes(length) as usize;
-                    this.startup = Some(length.saturating_sub(4));
+                if let Ok(head) = <[u8; 8]>::try_from(this.swallowed.as_slice()) {
+                    let length = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+                    let version = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
+                    if version != PROTOCOL_3_0 || length < 8 {
+                        let message = "expected tokio-postgres's startup message";
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            message,
+                        )));
+                    }
+                    this.startup = Some(length - 8);
                 }
                 Poll::Ready(Ok(n))
             }
@@ -197,5 +229,132 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Started<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.socket).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::Waker;
+
+    use postgres_protocol::message::backend::Message;
+    use tokio::io::{duplex, DuplexStream};
+
+    use super::*;
+
+    /// Runs `future` to its end: everything here is in memory.
+    fn block_on<F: Future>(future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        let mut cx = Context::from_waker(Waker::noop());
+        loop {
+            if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+                return out;
+            }
+        }
+    }
+
+    /// Reads the client's startup message: its body.
+    async fn startup_message(server: &mut DuplexStream) -> Vec<u8> {
+        let mut length = [0u8; 4];
+        server.read_exact(&mut length).await.unwrap();
+        let mut body = vec![0u8; u32::from_be_bytes(length) as usize - 4];
+        server.read_exact(&mut body).await.unwrap();
+        body
+    }
+
+    /// Reads one frontend message past the startup: its type and body.
+    async fn frontend_message(server: &mut DuplexStream) -> (u8, Vec<u8>) {
+        let mut head = [0u8; 5];
+        server.read_exact(&mut head).await.unwrap();
+        let length = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let mut body = vec![0u8; length - 4];
+        server.read_exact(&mut body).await.unwrap();
+        (head[0], body)
+    }
+
+    fn config() -> Config {
+        "postgresql://app:s3cret@127.0.0.1:5432/db".parse().unwrap()
+    }
+
+    /// A server asking for the password in the clear, then what it sends
+    /// after `AuthenticationOk`: a parameter and ready-for-query.
+    const AFTER_OK: &[u8] = b"S\0\0\0\x19client_encoding\0UTF8\0Z\0\0\0\x05I";
+
+    #[test]
+    fn the_session_starts_and_tokio_postgres_reads_it_as_trusted() {
+        let (client, mut server) = duplex(4096);
+        let serve = async {
+            let startup = startup_message(&mut server).await;
+            assert!(startup.windows(4).any(|w| w == b"app\0"));
+            server.write_all(b"R\0\0\0\x08\0\0\0\x03").await.unwrap();
+            let (kind, password) = frontend_message(&mut server).await;
+            assert_eq!((kind, password.as_slice()), (b'p', &b"s3cret\0"[..]));
+            server.write_all(&AUTHENTICATED).await.unwrap();
+            server.write_all(AFTER_OK).await.unwrap();
+            // What tokio-postgres sends after its swallowed startup message.
+            let mut query = [0u8; 3];
+            server.read_exact(&mut query).await.unwrap();
+            query
+        };
+        let start = async {
+            let mut started = start(client, &config()).await.unwrap();
+            // tokio-postgres's own startup message, in two writes, then a query.
+            let mut own = BytesMut::new();
+            frontend::startup_message([("user", "app")], &mut own).unwrap();
+            started.write_all(&own[..5]).await.unwrap();
+            started.write_all(&own[5..]).await.unwrap();
+            started.write_all(b"Q!!").await.unwrap();
+            let mut read = BytesMut::new();
+            while read.len() < AUTHENTICATED.len() + AFTER_OK.len() {
+                started.read_buf(&mut read).await.unwrap();
+            }
+            read
+        };
+        let (query, read) = block_on(futures_util::future::join(serve, start));
+        assert_eq!(&query, b"Q!!");
+        assert!(matches!(
+            Message::parse(&mut read.clone()),
+            Ok(Some(Message::AuthenticationOk))
+        ));
+        assert_eq!(&read[AUTHENTICATED.len()..], AFTER_OK);
+    }
+
+    #[test]
+    fn a_server_that_skips_its_proof_or_refuses_is_unavailable() {
+        // SCRAM begun, then AuthenticationOk at once: no proof of the password.
+        let (client, mut server) = duplex(4096);
+        let serve = async {
+            startup_message(&mut server).await;
+            server
+                .write_all(b"R\0\0\0\x17\0\0\0\x0aSCRAM-SHA-256\0\0")
+                .await
+                .unwrap();
+            frontend_message(&mut server).await;
+            server.write_all(&AUTHENTICATED).await.unwrap();
+        };
+        let (_, started) = block_on(futures_util::future::join(serve, start(client, &config())));
+        let error = started.err().unwrap().message();
+        assert!(
+            error.contains("did not prove it knows the password"),
+            "{error}"
+        );
+
+        // An error at startup: its SQLSTATE and message, an outage.
+        let (client, mut server) = duplex(4096);
+        let serve = async {
+            startup_message(&mut server).await;
+            let fields = b"SFATAL\0C28P01\0Mpassword authentication failed\0\0";
+            let mut error = vec![b'E'];
+            error.extend_from_slice(&((fields.len() + 4) as u32).to_be_bytes());
+            error.extend_from_slice(fields);
+            server.write_all(&error).await.unwrap();
+        };
+        let (_, started) = block_on(futures_util::future::join(serve, start(client, &config())));
+        assert_eq!(
+            started.err(),
+            Some(PgError::Unavailable(
+                "28P01 password authentication failed".into()
+            ))
+        );
     }
 }
