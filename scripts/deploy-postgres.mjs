@@ -62,7 +62,7 @@ const UNENCRYPTED = ["disable", "allow", "prefer"];
 /** The TLS settings of a URL's parameters, safe by default. */
 export function tls(params) {
   const sslmode = params.sslmode ?? "verify-full";
-  const roots = params.sslrootcert ?? (sslmode.startsWith("verify-") ? systemRoots() : undefined);
+  const roots = params.sslrootcert ?? (sslmode.startsWith("verify-") ? systemRoots(sslmode) : undefined);
   return {
     PGSSLMODE: sslmode,
     PGCHANNELBINDING: params.channel_binding ?? (UNENCRYPTED.includes(sslmode) ? "prefer" : "require"),
@@ -71,20 +71,25 @@ export function tls(params) {
 }
 
 /**
- * The system's certificate authorities, as libpq reads them: `system`
- * from libpq 16 on, else the bundle file of the distribution.
+ * The system's certificate authorities, as libpq reads them: the bundle
+ * file of the distribution, or `system` (libpq 16 on, and for verify-full
+ * only); undefined when there is neither (libpq then says what is missing).
  */
-function systemRoots() {
-  const version = spawnSync("psql", ["--version"], { encoding: "utf8" }).stdout?.match(/(\d+)\./)?.[1];
-  if (Number(version) >= 16) return "system";
+function systemRoots(sslmode) {
   const bundles = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"];
-  return bundles.find((file) => existsSync(file)) ?? "system";
+  const bundle = bundles.find((file) => existsSync(file));
+  if (bundle || sslmode !== "verify-full") return bundle;
+  const version = spawnSync("psql", ["--version"], { encoding: "utf8" }).stdout?.match(/(\d+)\./)?.[1];
+  return Number(version) >= 16 ? "system" : undefined;
 }
 
 /** What to change in POSTGRES_URL when psql refused the connection's security. */
 export function explain(said) {
   if (/channel binding/i.test(said)) {
     return "the server does not offer channel binding (SCRAM-SHA-256-PLUS over TLS): add channel_binding=prefer to POSTGRES_URL to connect without it";
+  }
+  if (/root certificate file/i.test(said)) {
+    return "the file POSTGRES_URL's sslrootcert names could not be read: give the path of your provider's CA file";
   }
   if (/certificate|host name|hostname/i.test(said)) {
     return "the server's certificate could not be verified against the system's authorities: add sslrootcert=<your provider's CA file> to POSTGRES_URL, or sslmode=require to encrypt without checking whom you connect to";
@@ -93,6 +98,13 @@ export function explain(said) {
     return "the server does not offer TLS: add sslmode=disable to POSTGRES_URL only for a database on a private network";
   }
   return undefined;
+}
+
+/** `url` without what only psql reads (Hyperdrive's TLS has flags of its own). */
+function forHyperdrive(url) {
+  const u = new URL(url);
+  for (const name of ["sslrootcert", "channel_binding"]) u.searchParams.delete(name);
+  return u.href;
 }
 
 /** A host as compared: lower case, an IPv6 address without its brackets. */
@@ -165,14 +177,15 @@ export async function deployPostgres({ config, wrangler, must, stop, tableRows, 
         console.log(`  caching is ${listed.caching}: turn it off, \`npx wrangler hyperdrive update ${id} --caching-disabled\` (docs/postgres.md)`);
       }
     } else {
-      const args = ["hyperdrive", "create", name, `--connection-string=${url}`, "--caching-disabled"];
+      const given = forHyperdrive(url);
+      const args = ["hyperdrive", "create", name, `--connection-string=${given}`, "--caching-disabled"];
       // Nothing wrangler writes keeps the command line or the request body:
       // no output file (it records argv), and its debug log sanitized.
       const env = { ...process.env, WRANGLER_LOG_SANITIZE: "true" };
       delete env.WRANGLER_OUTPUT_FILE_PATH;
       delete env.WRANGLER_OUTPUT_FILE_DIRECTORY;
       const created = wrangler(args, { input: "", quiet: true, env });
-      const output = `${created.out}\n${created.err}`.replaceAll(url, "<POSTGRES_URL>");
+      const output = `${created.out}\n${created.err}`.replaceAll(url, "<POSTGRES_URL>").replaceAll(given, "<POSTGRES_URL>");
       id = created.out.match(/config: ([0-9a-f]{32})/)?.[1];
       if (!created.ok || !id) stop(`\`wrangler hyperdrive create ${name}\` failed:\n${output.trim()}`);
       console.log(`Hyperdrive ${name}: created (${id}), caching disabled`);

@@ -364,6 +364,7 @@ describe("make deploy's connection to Postgres: the server's certificate verifie
   const certs = mkdtempSync(join(tmpdir(), "deploy-tls-"));
   let pg;
   let direct;
+  let data;
   const sql = (text) => pgctl(db, "psql", "-tA", "-c", text);
   const migrate = (POSTGRES_URL) =>
     new Promise((done) =>
@@ -383,7 +384,7 @@ describe("make deploy's connection to Postgres: the server's certificate verifie
     openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1");
     writeFileSync(join(certs, "san.ext"), "subjectAltName=IP:127.0.0.1\n");
     openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "san.ext");
-    const data = pgctl(db, "dir").trim();
+    data = pgctl(db, "dir").trim();
     for (const file of ["server.crt", "server.key"]) {
       copyFileSync(join(certs, file), join(data, `deploy-tls-${file}`));
       chmodSync(join(data, `deploy-tls-${file}`), 0o600);
@@ -392,13 +393,22 @@ describe("make deploy's connection to Postgres: the server's certificate verifie
     sql("ALTER SYSTEM SET ssl_cert_file = 'deploy-tls-server.crt'");
     sql("ALTER SYSTEM SET ssl_key_file = 'deploy-tls-server.key'");
     sql("ALTER SYSTEM SET ssl = on");
-    sql("SELECT pg_reload_conf()");
+    reload("on");
   });
   after(() => {
     for (const setting of ["ssl", "ssl_cert_file", "ssl_key_file"]) sql(`ALTER SYSTEM RESET ${setting}`);
-    sql("SELECT pg_reload_conf()");
+    reload("off");
+    for (const file of ["server.crt", "server.key"]) rmSync(join(data, `deploy-tls-${file}`), { force: true });
+    // WITH (FORCE): the pooler may still hold a connection to it.
+    pg.query(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
     rmSync(certs, { recursive: true, force: true });
   });
+  /** Reloads the server's settings, and waits until `ssl` reads `state`. */
+  function reload(state) {
+    sql("SELECT pg_reload_conf()");
+    for (let i = 0; i < 50 && sql("SHOW ssl").trim() !== state; i++) execFileSync("sleep", ["0.1"]);
+    assert.equal(sql("SHOW ssl").trim(), state);
+  }
 
   test("by default, a certificate no authority it trusts signed stops it, saying how to trust it", async () => {
     const { code, out, err } = await migrate(direct);

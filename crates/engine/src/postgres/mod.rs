@@ -25,6 +25,7 @@ use std::pin::pin;
 use std::time::Duration;
 
 use futures_util::future::{select, Either};
+use futures_util::FutureExt;
 use tokio_postgres::tls::NoTlsStream;
 use tokio_postgres::{config::SslMode, Client, Config, Connection, NoTls};
 use worker::{Delay, Env, Socket};
@@ -47,8 +48,8 @@ pub(crate) use {handoff::listed as listed_rows, handoff::INSERT as INSERT_ROWS};
 /// The Hyperdrive binding of the database (wrangler.toml's `[[hyperdrive]]`).
 pub const HYPERDRIVE_BINDING: &str = "HYPERDRIVE";
 
-/// How long one unit of work (connect, run, close) may take before it is
-/// given up as unavailable.
+/// How long one unit of work (connect, run) may take before it is given up
+/// as unavailable; its close has `CLOSE` more.
 const DEADLINE: Duration = Duration::from_millis(5_000);
 
 /// Opens a transaction whose statements Postgres itself stops before the
@@ -302,7 +303,13 @@ pub(crate) async fn with_client<T>(
         let work = pin!(work(&client));
         match select(select(work, connection.as_mut()), deadline).await {
             Either::Left((Either::Left((result, _)), _)) => result,
-            Either::Left((Either::Right((ended, _)), _)) => {
+            // The connection ended, maybe just after it passed on the last
+            // answers (a `COMMIT`'s among them): what the work makes of
+            // those, at once, stands.
+            Either::Left((Either::Right((ended, work)), _)) => {
+                if let Some(Ok(answered)) = work.now_or_never() {
+                    return Ok(answered);
+                }
                 return Err(PgError::Unavailable(match ended {
                     Ok(()) => "the server closed the connection".into(),
                     Err(e) => e.to_string(),

@@ -9,6 +9,12 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Client;
 use worker::Env;
 
+use std::pin::pin;
+use std::time::Duration;
+
+use futures_util::future::{select, Either};
+use worker::Delay;
+
 use super::handoff::{d1_batch, read_all, Row};
 use super::pipeline::Pipeline;
 use super::{begin, with_client, PgError};
@@ -25,22 +31,18 @@ const CLAIM_DUE: &str = "SELECT kind, key, params FROM webhook_outbox \
      WHERE handed_off_at IS NULL AND created_at <= $1 \
      ORDER BY tries, created_at LIMIT $2 FOR UPDATE SKIP LOCKED";
 
-/// How many rows one relay transaction claims: one D1 batch.
-const CLAIMED: i64 = 500;
+/// How many rows one relay transaction claims: one D1 call, when D1 takes
+/// them all.
+const CLAIMED: i64 = 200;
 
 /// How long a cron run hands off, batch after batch, before it leaves the
 /// rest to the next run (which may overlap it: they claim apart).
 const RELAY_BUDGET_MS: i64 = 20_000;
 
-/// At most so many batches a run: each is one D1 call of a few statements,
-/// and D1 allows an invocation 1,000 (50 on the Free plan), which the
-/// outbox and forwarding relays after this one share.
-const BATCHES: usize = 40;
-
-/// When D1 refuses a batch, it is halved, and each half tried again, down
-/// to the rows D1 refuses alone: at most so many D1 calls a batch (one row
-/// among 500 takes about 18).
-const SPLITS: usize = 24;
+/// At most so many D1 calls a run, for its batches and their halves
+/// alike: D1 allows an invocation 1,000 queries (50 on the Free plan),
+/// which the outbox and forwarding relays after this one share.
+const CALLS: usize = 30;
 
 /// Rows the relay could not hand off (D1 refused them, or they are
 /// unreadable): each counts a try.
@@ -74,33 +76,49 @@ pub(crate) async fn run(env: &Env, settings: &Settings) {
 /// spent. Returns how many it handed off.
 async fn relay(env: &Env, grace_ms: i64) -> Result<usize, PgError> {
     let until = now_ms() + RELAY_BUDGET_MS;
-    let mut sent = 0;
-    for _ in 0..BATCHES {
-        let (claimed, copied) = relay_batch(env, now_ms() - grace_ms).await?;
-        sent += copied;
-        // A batch short of full, or one D1 refused (D1 in trouble, or a
-        // row it refuses): the rest waits for the next run.
-        if claimed < CLAIMED as usize || copied < claimed || now_ms() > until {
+    let (mut sent, mut calls) = (0, CALLS);
+    while calls > 0 {
+        let batch = relay_batch(env, now_ms() - grace_ms, &mut calls).await?;
+        sent += batch.copied;
+        // A batch short of full, or one D1 did not take whole (D1 in
+        // trouble, or a row it refuses): the rest waits for the next run.
+        if batch.claimed < CLAIMED as usize || !batch.whole || now_ms() > until {
             break;
         }
     }
     Ok(sent)
 }
 
+/// What a batch came to.
+struct Batch {
+    claimed: usize,
+    copied: usize,
+    /// Whether D1 took every row read.
+    whole: bool,
+}
+
 /// Copies `rows` to D1, in bulk; where D1 refuses a copy, in halves, down to
-/// the rows it refuses alone, within [`SPLITS`] calls and until `until`.
+/// the rows it refuses alone, spending `calls`, each call within `until`.
 /// Returns the rows D1 holds, and those it refused alone; any left untried
-/// are neither.
-async fn copy(db: &Db, rows: Vec<Row>, until: i64) -> (Vec<Row>, Vec<Row>) {
+/// (no call left, or D1 too slow) are neither.
+async fn copy(db: &Db, rows: Vec<Row>, until: i64, calls: &mut usize) -> (Vec<Row>, Vec<Row>) {
     let (mut copied, mut refused) = (Vec::new(), Vec::new());
     let mut parts = vec![rows];
-    let mut calls = 0;
     while let Some(mut part) = parts.pop() {
-        if part.is_empty() || calls > SPLITS || (calls > 0 && now_ms() > until) {
+        let left = until - now_ms();
+        if part.is_empty() || *calls == 0 || left <= 0 {
             continue;
         }
-        calls += 1;
-        match db.batch(&d1_batch(&part)).await {
+        *calls -= 1;
+        let statements = d1_batch(&part);
+        let call = pin!(db.batch(&statements));
+        let timeout = pin!(Delay::from(Duration::from_millis(left.unsigned_abs())));
+        let result = match select(call, timeout).await {
+            Either::Left((result, _)) => result,
+            // D1 too slow: not the rows' fault. They wait for the next run.
+            Either::Right(_) => return (copied, refused),
+        };
+        match result {
             Ok(()) => copied.append(&mut part),
             Err(e) if part.len() == 1 => {
                 log::error(&Line::new("handoff_refused").detail(&part[0].key).error(e));
@@ -120,7 +138,7 @@ async fn copy(db: &Db, rows: Vec<Row>, until: i64) -> (Vec<Row>, Vec<Row>) {
 /// alone (or one unreadable) counts a try, so that it cannot hold the
 /// others back. Returns how many rows it claimed, and how many it handed
 /// off.
-async fn relay_batch(env: &Env, due: i64) -> Result<(usize, usize), PgError> {
+async fn relay_batch(env: &Env, due: i64, calls: &mut usize) -> Result<Batch, PgError> {
     // Well within the unit's deadline, so that what it learns (which rows
     // D1 takes, which it refuses) is kept.
     let until = now_ms() + 3_000;
@@ -135,7 +153,9 @@ async fn relay_batch(env: &Env, due: i64) -> Result<(usize, usize), PgError> {
         let count = claimed.len();
         let (rows, mut refused) = read_all(claimed);
         let db = Db::from_env(env)?;
-        let (copied, not_taken) = copy(&db, rows, until).await;
+        let read = rows.len();
+        let (copied, not_taken) = copy(&db, rows, until, calls).await;
+        let whole = copied.len() == read;
         refused.extend(
             not_taken
                 .iter()
@@ -167,7 +187,11 @@ async fn relay_batch(env: &Env, due: i64) -> Result<(usize, usize), PgError> {
         answers.take(marked)?;
         answers.take(tried)?;
         answers.take(committed)?;
-        Ok((count, copied.len()))
+        Ok(Batch {
+            claimed: count,
+            copied: copied.len(),
+            whole,
+        })
     })
     .await
 }

@@ -88,6 +88,13 @@ where
                     "the server changed its request mid-exchange".into(),
                 ));
             }
+            Message::AuthenticationSaslContinue(_) | Message::AuthenticationSaslFinal(_)
+                if proven =>
+            {
+                return Err(refused(
+                    "the server changed its request mid-exchange".into(),
+                ));
+            }
             Message::AuthenticationCleartextPassword => {
                 frontend::password_message(password, &mut out).map_err(lost)?;
             }
@@ -317,6 +324,22 @@ mod tests {
             Ok(Some(Message::AuthenticationOk))
         ));
         assert_eq!(&read[AUTHENTICATED.len()..], AFTER_OK);
+    }
+
+    #[test]
+    fn only_tokio_postgres_startup_message_is_swallowed() {
+        let (client, server) = duplex(64);
+        let mut started = Started {
+            socket: client,
+            replay: BytesMut::new(),
+            swallowed: Vec::new(),
+            startup: None,
+        };
+        // An SSL request is no startup message: refused, never passed on.
+        let ssl_request = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+        let written = block_on(started.write_all(&ssl_request));
+        assert_eq!(written.unwrap_err().kind(), io::ErrorKind::InvalidData);
+        drop(server);
     }
 
     #[test]
