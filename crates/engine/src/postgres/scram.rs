@@ -102,19 +102,12 @@ impl Scram {
             .ok_or_else(|| unreadable("usable round count"))?;
 
         let salted = salted(&self.password, &salt, rounds);
-        let client_key = hmac(&salted, b"Client Key");
-        let stored_key: [u8; 32] = Sha256::digest(client_key).into();
         let without_proof = format!("c={},r={nonce}", STANDARD.encode(GS2));
         let signed = format!(
             "{},{server_first},{without_proof}",
             self.client_first_bare()
         );
-        let signature = hmac(&stored_key, signed.as_bytes());
-        let proof: Vec<u8> = client_key
-            .iter()
-            .zip(signature)
-            .map(|(key, sig)| key ^ sig)
-            .collect();
+        let proof = proof(&salted, &signed);
         self.signed = Some((salted, signed));
         Ok(format!("{without_proof},p={}", STANDARD.encode(proof)))
     }
@@ -137,6 +130,18 @@ impl Scram {
         mac.verify_slice(&proof)
             .map_err(|_| "the server's proof is wrong".to_string())
     }
+}
+
+/// The client's proof: its key, XOR its signature of the `signed` message.
+fn proof(salted: &[u8; 32], signed: &str) -> Vec<u8> {
+    let client_key = hmac(salted, b"Client Key");
+    let stored_key: [u8; 32] = Sha256::digest(client_key).into();
+    let signature = hmac(&stored_key, signed.as_bytes());
+    client_key
+        .iter()
+        .zip(signature)
+        .map(|(k, s)| k ^ s)
+        .collect()
 }
 
 fn hmac(key: &[u8], message: &[u8]) -> [u8; 32] {
@@ -206,14 +211,7 @@ mod tests {
     fn the_rfc_7677_exchange_is_proven_both_ways() {
         let (scram, _) = rfc_exchange();
         let (salted, signed) = scram.signed.as_ref().unwrap();
-        let client_key = hmac(salted, b"Client Key");
-        let stored: [u8; 32] = Sha256::digest(client_key).into();
-        let signature = hmac(&stored, signed.as_bytes());
-        let proof: Vec<u8> = client_key
-            .iter()
-            .zip(signature)
-            .map(|(k, s)| k ^ s)
-            .collect();
+        let proof = proof(salted, signed);
         assert_eq!(format!("p={}", STANDARD.encode(proof)), PROOF);
         scram.verify(SERVER_FINAL).unwrap();
         let wrong = SERVER_FINAL.replace("6rr", "7rr");
