@@ -21,7 +21,7 @@ STOP_TEST_CLUSTER := PG_CLUSTER=postgres-test $(if $(PG_DIR),PG_DIR=$(PG_DIR)-te
 # The build whose effects may commit in Postgres (docs/postgres.md).
 POSTGRES := stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,generic-hmac,admin,dashboard,postgres
 
-.PHONY: dev sink test test-copies setup setup-test setup-template build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench semver-check upgrade-drill store effect-bench
+.PHONY: dev sink test test-copies setup setup-test setup-template build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench semver-check upgrade-drill store effect-bench copy-bench
 
 ## Serve the worker on http://localhost:$(PORT) with local D1, Durable
 ## Objects and Queues (state in .wrangler/), secrets from .dev.vars, and the
@@ -196,6 +196,13 @@ upgrade-drill: setup
 ## column misspelled; see the template's BENCHMARKS.md.
 effect-bench: setup
 	sh scripts/template/effect-bench.sh
+
+# needs: template
+## Issue #47's measure: a Stripe copy with the demos under its own make dev,
+## 600 signed checkouts at 16 in flight, on D1 then on Postgres; prints
+## Postgres's rate as a share of D1's, and its commits per new event.
+copy-bench: setup
+	sh scripts/template/copy-bench.sh
 
 # needs: everything
 ## The worker's wasm size per feature set, and the cold start of the

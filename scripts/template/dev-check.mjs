@@ -10,6 +10,8 @@ import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { pathToFileURL } from "node:url";
 
+import { ready } from "./ready.mjs";
+
 const { checkoutCompleted, stripeHeaders, uniqueId } = await import(pathToFileURL(`${process.cwd()}/tests/support/sign.mjs`).href);
 
 /** A port nothing listens on now. */
@@ -56,20 +58,7 @@ writeFileSync(".wrangler/dev-check.vars", Object.entries(vars).map(([name, value
 const args = ["scripts/dev.mjs", "--port", String(PORT), "--persist-to", ".wrangler/dev-check", "--env-file", ".wrangler/dev-check.vars"];
 const runner = spawn("node", args, { env: PG, detached: true, stdio: ["ignore", "pipe", "pipe"] });
 const url = `http://127.0.0.1:${PORT}`;
-const ready = new Promise((resolve, reject) => {
-  let output = "";
-  const timer = setTimeout(() => reject(new Error(`make dev not ready in 3 min:\n${output.slice(-2000)}`)), 180_000);
-  const onData = (chunk) => {
-    output += chunk;
-    if (/Ready on http/.test(output)) {
-      clearTimeout(timer);
-      resolve();
-    }
-  };
-  runner.stdout.on("data", onData);
-  runner.stderr.on("data", onData);
-  runner.on("exit", () => reject(new Error(`make dev exited:\n${output.slice(-2000)}`)));
-});
+const started = ready(runner, 3);
 
 /** Delivers `body` until it is answered 200, as a provider retries a 503. */
 async function deliver(body) {
@@ -84,7 +73,7 @@ async function deliver(body) {
 }
 
 try {
-  await ready;
+  await started;
   const storm = checkoutCompleted({ session: uniqueId("cs") });
   const outcomes = await Promise.all(Array.from({ length: 50 }, () => deliver(storm)));
   const processed = outcomes.filter((o) => o === "processed").length;
