@@ -9,18 +9,31 @@ cd "$(dirname "$0")/../.."
 ROOT=$PWD
 . scripts/template/generate.sh
 
+# Whatever the caller's shell points a copy at (its own cluster, database
+# or Hyperdrive string) is not the copies' to use, or to stop.
+unset PG_DIR PG_DB PG_CLUSTER PG_POOLER PG_REMOTE CLOUDFLARE_HYPERDRIVE_LOCAL_CONNECTION_STRING_HYPERDRIVE
+
 WORK=$(mktemp -d /tmp/copy-bench.XXXXXX)
 trap 'stop_clusters "$WORK"/copy-*; rm -rf "$WORK"' EXIT
+# sh runs no EXIT trap when a signal ends it: exiting runs it.
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
 snapshot "$WORK"
-free_port() {
-    node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'
-}
-# Ports of its own: another make dev or cluster here cannot answer
-# instead. The cluster's pooler listens 10000 above its port.
-PORT=$(free_port)
-export PG_PORT
-PG_PORT=$(free_port)
-while [ "$PG_PORT" -gt 55000 ]; do PG_PORT=$(free_port); done
+# Ports of its own, free now: make dev's, and the cluster's (at most
+# 55000: its pooler listens 10000 above it).
+ports=$(node -e '
+const net = require("net");
+const free = (port) => new Promise((ok) => { const s = net.createServer().once("error", () => ok(0)).listen(port, "127.0.0.1", () => { const p = s.address().port; s.close(() => ok(p)); }); });
+(async () => {
+  const dev = await free(0);
+  for (let tries = 0; tries < 200; tries++) {
+    const pg = 20000 + Math.floor(Math.random() * 35000);
+    if (pg !== dev && pg + 10000 !== dev && (await free(pg)) && (await free(pg + 10000))) return console.log(dev, pg);
+  }
+  process.exit(1);
+})();')
+PORT=${ports% *}
+export PG_PORT="${ports#* }"
 
 for store in d1 postgres; do
     generate "$WORK" "copy-$store" stripe true true "$store" >/dev/null

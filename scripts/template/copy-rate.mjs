@@ -18,13 +18,36 @@ const EVENTS = Number(process.env.RATE_EVENTS ?? 600);
 const IN_FLIGHT = 16;
 const PORT = process.env.RATE_PORT;
 const store = process.argv[2];
-// make dev writes .dev.vars from .dev.vars.example when there is none.
-const secret = () => readFileSync(".dev.vars", "utf8").match(/^STRIPE_WEBHOOK_SECRET=([^,\n]+)/m)[1];
+if (!PORT || !["d1", "postgres"].includes(store)) throw new Error("usage: RATE_PORT=<port> node copy-rate.mjs d1|postgres");
+// make dev writes .dev.vars from .dev.vars.example when there is none: the
+// first of its Stripe secrets.
+const secret = () => {
+  const line = readFileSync(".dev.vars", "utf8").match(/^STRIPE_WEBHOOK_SECRET=(.*)$/m);
+  if (!line) throw new Error(".dev.vars holds no STRIPE_WEBHOOK_SECRET");
+  return line[1].split(",")[0].trim();
+};
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-const psql = (sql) => Number(execFileSync("sh", ["scripts/postgres.sh", "psql", "-tA", "-c", sql], { encoding: "utf8" }).trim());
-const commits = () => psql("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()");
+const psql = (sql) => execFileSync("sh", ["scripts/postgres.sh", "psql", "-tA", "-F", " ", "-c", sql], { encoding: "utf8" }).trim();
+// Transactions committed, and sessions started: each server process the
+// pooler opens commits one while it starts, which the figure includes.
+const counters = () => psql("SELECT xact_commit, sessions FROM pg_stat_database WHERE datname = current_database()").split(" ").map(Number);
 
+// make dev's runner in a process group of its own (runner, wrangler,
+// workerd), killed whatever ends this script: its CPU is read by then.
 const runner = spawn("make", ["dev", `PORT=${PORT}`], { detached: true, stdio: ["ignore", "pipe", "pipe"] });
+const stop = () => {
+  try {
+    process.kill(-runner.pid, "SIGKILL");
+  } catch {
+    // gone already
+  }
+};
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
+  process.on(signal, () => {
+    stop();
+    process.exit(1);
+  });
+}
 const started = ready(runner, 5);
 
 /** Posts each body, IN_FLIGHT at a time; each must be answered 200. */
@@ -37,7 +60,8 @@ async function drive(bodies) {
     while (next < bodies.length) {
       const body = bodies[next++];
       const sent = performance.now();
-      const reply = await fetch(`http://127.0.0.1:${PORT}/webhooks/stripe`, { method: "POST", body, headers: stripeHeaders(body, key) });
+      const init = { method: "POST", body, headers: stripeHeaders(body, key), signal: AbortSignal.timeout(30_000) };
+      const reply = await fetch(`http://127.0.0.1:${PORT}/webhooks/stripe`, init);
       const text = await reply.text();
       if (reply.status !== 200) throw new Error(`${reply.status}: ${text.slice(0, 200)}`);
       ms.push(performance.now() - sent);
@@ -53,13 +77,13 @@ try {
   await started;
   await drive(bodies("warm", 50));
   // An idle server process reports its transactions within 10 s.
-  if (store === "postgres") await sleep(11_000);
-  const before = store === "postgres" ? commits() : 0;
+  if (store === "postgres") await sleep(12_000);
+  const before = store === "postgres" ? counters() : [0, 0];
   const cpuBefore = groupCpuMs(runner.pid);
   const { seconds, ms } = await drive(bodies("e", EVENTS));
   const cpuAfter = groupCpuMs(runner.pid);
-  if (store === "postgres") await sleep(11_000);
-  const after = store === "postgres" ? commits() : 0;
+  if (store === "postgres") await sleep(12_000);
+  const after = store === "postgres" ? counters() : [0, 0];
   const cpu = Object.fromEntries(Object.keys(cpuAfter).map((name) => [name, +((cpuAfter[name] - (cpuBefore[name] ?? 0)) / EVENTS).toFixed(2)]));
   const at = (q) => +ms[Math.min(ms.length - 1, Math.floor(q * ms.length))].toFixed(1);
   console.log(
@@ -70,14 +94,15 @@ try {
       "p50 ms": at(0.5),
       "p99 ms": at(0.99),
       "CPU ms/event by process": cpu,
-      // The two reads of the counter are transactions too.
-      ...(store === "postgres" && { "commits/event": +((after - before - 1) / EVENTS).toFixed(3) }),
+      // The first read's session is counted (its start and its read);
+      // the second's reports only when it ends.
+      ...(store === "postgres" && {
+        "commits/event": +((after[0] - before[0] - 2) / EVENTS).toFixed(3),
+        "pooled sessions started": after[1] - before[1] - 1,
+      }),
     }),
   );
 } finally {
-  try {
-    process.kill(-runner.pid, "SIGTERM");
-  } catch {
-    // gone already
-  }
+  stop();
 }
+process.exit(process.exitCode ?? 0);

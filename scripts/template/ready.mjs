@@ -3,21 +3,30 @@
 
 /**
  * Resolves once `runner` says it is ready; rejects, with its last output,
- * if it exits first or takes longer than `minutes`.
+ * if it exits first or takes longer than `minutes`. Once ready, its output
+ * is only drained.
  */
 export function ready(runner, minutes) {
   return new Promise((resolve, reject) => {
     let output = "";
-    const timer = setTimeout(() => reject(new Error(`make dev not ready in ${minutes} min:\n${output.slice(-2000)}`)), minutes * 60_000);
+    const fail = (why) => {
+      clearTimeout(timer);
+      reject(new Error(`${why}:\n${output.slice(-2000)}`));
+    };
+    const timer = setTimeout(() => fail(`make dev not ready in ${minutes} min`), minutes * 60_000);
+    timer.unref();
     const onData = (chunk) => {
-      output += chunk;
-      if (/Ready on http/.test(output)) {
-        clearTimeout(timer);
-        resolve();
+      output = (output + chunk).slice(-4000);
+      if (!/Ready on http/.test(output)) return;
+      clearTimeout(timer);
+      for (const stream of [runner.stdout, runner.stderr]) {
+        stream.off("data", onData);
+        stream.resume();
       }
+      resolve();
     };
     runner.stdout.on("data", onData);
     runner.stderr.on("data", onData);
-    runner.on("exit", () => reject(new Error(`make dev exited:\n${output.slice(-2000)}`)));
+    runner.on("exit", () => fail("make dev exited"));
   });
 }
