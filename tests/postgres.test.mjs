@@ -121,6 +121,28 @@ describe("postgres: one event, one effect", () => {
     assert.deepEqual(orders(session), [["paid", "5000"]]);
   });
 
+  test("a unique key the effect's write breaks is a refusal, not a duplicate: nothing written, the retry applies it", async () => {
+    // 23505 is a duplicate only from the ledger's own statement.
+    const [first, second] = [uniqueId("evt"), uniqueId("evt")];
+    const paymentIntent = uniqueId("pi");
+    const session = uniqueId("cs");
+    assert.equal((await sendStripe(checkoutCompleted({ id: first, paymentIntent }))).body.outcome, "processed");
+    pg.query("CREATE UNIQUE INDEX one_order_per_payment ON orders (payment_intent_id)");
+    try {
+      const reply = await sendStripe(checkoutCompleted({ id: second, session, paymentIntent }));
+      assert.equal(reply.status, 200);
+      assert.equal(reply.body.outcome, "accepted");
+      assert.equal(ledgerRows(second), 0);
+      assert.equal(orders(session).length, 0);
+      assert.equal(pg.scalar(`SELECT count(*) FROM webhook_outbox WHERE event_id = '${second}'`), "0");
+      assert.match(w.logged("effect_failed").at(-1).error, /postgres refused: 23505 .*constraint one_order_per_payment/);
+    } finally {
+      pg.query("DROP INDEX one_order_per_payment");
+    }
+    await eventually(() => ledgerRows(second) === 1, 10_000, "the retry");
+    assert.equal(orders(session).length, 1);
+  });
+
   // needs: github
   test("the replay fence: a signed body under a fresh delivery id applies nothing", async () => {
     const repo = uniqueId("repo");
