@@ -18,7 +18,14 @@ const PASSWORD = "auth-test-password";
 const ROLES = { md5: `webhooks_md5_${process.pid}`, password: `webhooks_plain_${process.pid}` };
 // This file's pg_hba.conf lines and roles, whichever run made them.
 const OURS = /^webhooks_(md5|plain)_(\d+)$/;
-const oursIn = (line) => OURS.test(line.split(/\s+/)[2] ?? "");
+/** The role a pg_hba.conf line names (`host all <role> …`). */
+const roleOf = (line) => line.split(/\s+/)[2] ?? "";
+// Each way, and the role the server asks it of (none: the cluster's own).
+const WAYS = [
+  ["SCRAM-SHA-256 (initdb's method)", undefined],
+  ["MD5", ROLES.md5],
+  ["cleartext", ROLES.password],
+];
 
 let pg;
 let hba;
@@ -38,7 +45,7 @@ before(async () => {
   }
   const kept = readFileSync(hba, "utf8")
     .split("\n")
-    .filter((line) => !oursIn(line) || alive(line.split(/\s+/)[2].match(OURS)[2]));
+    .filter((line) => !OURS.test(roleOf(line)) || alive(roleOf(line).match(OURS)[2]));
   // First match wins: these lines, for these roles, before initdb's. Each
   // password is stored as MD5, which initdb's SCRAM-only line refuses:
   // only this file's line for the role lets it in.
@@ -53,7 +60,7 @@ before(async () => {
   await sleep(500);
 });
 after(() => {
-  if (hba) writeFileSync(hba, readFileSync(hba, "utf8").split("\n").filter((line) => !Object.values(ROLES).includes(line.split(/\s+/)[2])).join("\n"));
+  if (hba) writeFileSync(hba, readFileSync(hba, "utf8").split("\n").filter((line) => !Object.values(ROLES).includes(roleOf(line))).join("\n"));
   pg?.query("SELECT pg_reload_conf()");
   for (const role of Object.values(ROLES)) pg?.query(`DROP ROLE IF EXISTS ${role}`);
 });
@@ -88,12 +95,8 @@ const applied = ({ id, session }) => ({
 });
 
 describe("postgres: each way a server asks for the password", () => {
-  for (const [how, role] of [
-    ["SCRAM-SHA-256 (initdb's method), straight to the server", undefined],
-    ["MD5", ROLES.md5],
-    ["cleartext", ROLES.password],
-  ]) {
-    test(`${how}: the event applies once`, async () => {
+  for (const [how, role] of WAYS) {
+    test(`${how}, straight to the server: the event applies once`, async () => {
       const sent = await checkout(direct(role));
       assert.equal(sent.status, 200, JSON.stringify(sent));
       assert.equal(sent.said.outcome, "processed");
@@ -101,11 +104,7 @@ describe("postgres: each way a server asks for the password", () => {
     });
   }
 
-  for (const [how, role] of [
-    ["SCRAM-SHA-256", undefined],
-    ["MD5", ROLES.md5],
-    ["cleartext", ROLES.password],
-  ]) {
+  for (const [how, role] of WAYS) {
     test(`${how}, a wrong password: 503, nothing written`, async () => {
       const sent = await checkout(direct(role, "wrong-password"));
       assert.equal(sent.status, 503);

@@ -10,6 +10,8 @@ import { readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 
 import { groupCpuMs } from "../../bench/group.mjs";
+import { driveAll, quantile } from "../../bench/harness.mjs";
+import { sleep } from "../../tests/support/dev.mjs";
 import { ready } from "./ready.mjs";
 
 const { checkoutCompleted, stripeHeaders } = await import(pathToFileURL(`${process.cwd()}/tests/support/sign.mjs`).href);
@@ -26,7 +28,6 @@ const secret = () => {
   if (!line) throw new Error(".dev.vars holds no STRIPE_WEBHOOK_SECRET");
   return line[1].split(",")[0].trim();
 };
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const psql = (sql) => execFileSync("sh", ["scripts/postgres.sh", "psql", "-tA", "-F", " ", "-c", sql], { encoding: "utf8" }).trim();
 // Transactions committed, and sessions started: each server process the
 // pooler opens commits one while it starts, which the figure includes.
@@ -53,22 +54,11 @@ const started = ready(runner, 5);
 /** Posts each body, IN_FLIGHT at a time; each must be answered 200. */
 async function drive(bodies) {
   const key = secret();
-  const ms = [];
-  let next = 0;
-  const started = performance.now();
-  const lane = async () => {
-    while (next < bodies.length) {
-      const body = bodies[next++];
-      const sent = performance.now();
-      const init = { method: "POST", body, headers: stripeHeaders(body, key), signal: AbortSignal.timeout(30_000) };
-      const reply = await fetch(`http://127.0.0.1:${PORT}/webhooks/stripe`, init);
-      const text = await reply.text();
-      if (reply.status !== 200) throw new Error(`${reply.status}: ${text.slice(0, 200)}`);
-      ms.push(performance.now() - sent);
-    }
-  };
-  await Promise.all(Array.from({ length: IN_FLIGHT }, lane));
-  return { seconds: (performance.now() - started) / 1000, ms: ms.sort((a, b) => a - b) };
+  const requests = bodies.map((body) => ({ body, headers: stripeHeaders(body, key) }));
+  const { results, seconds } = await driveAll(`http://127.0.0.1:${PORT}/webhooks/stripe`, requests, IN_FLIGHT);
+  const refused = results.find((r) => r.status !== 200);
+  if (refused) throw new Error(`a reply of ${refused.status}: ${refused.outcome}`);
+  return { seconds, ms: results.map((r) => r.ms).sort((a, b) => a - b) };
 }
 
 const tag = `${store}${Date.now().toString(36)}`;
@@ -85,7 +75,7 @@ try {
   if (store === "postgres") await sleep(12_000);
   const after = store === "postgres" ? counters() : [0, 0];
   const cpu = Object.fromEntries(Object.keys(cpuAfter).map((name) => [name, +((cpuAfter[name] - (cpuBefore[name] ?? 0)) / EVENTS).toFixed(2)]));
-  const at = (q) => +ms[Math.min(ms.length - 1, Math.floor(q * ms.length))].toFixed(1);
+  const at = (q) => +quantile(ms, q).toFixed(1);
   console.log(
     JSON.stringify({
       store,
