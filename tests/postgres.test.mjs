@@ -55,10 +55,11 @@ describe("postgres: one event, one effect", () => {
     assert.equal(replies.filter((r) => r.body.outcome === "processed").length, 1);
     assert.equal(ledgerRows(id), 1);
     assert.deepEqual(orders(session), [["paid", "4200"]]);
-    // The hand-off: D1 has the ledger row and the outbox row, and the email
-    // went once, under the row's key.
-    assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+    // The hand-off: the receipt's queue message carried the ledger row and
+    // the outbox row to D1, and the email went once, under the row's key.
     await eventually(() => emailsFor(email).length === 1, 10_000, "the receipt");
+    assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+    assert.equal(await w.scalar("SELECT count(*) FROM outbox WHERE event_id = ? AND status = 'sent'", id), 1);
     await sleep(1_000);
     assert.equal(emailsFor(email).length, 1);
     // Postgres keeps its two hand-off rows (the ledger's, the receipt's)

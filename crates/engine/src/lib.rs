@@ -140,6 +140,7 @@ pub mod event;
 mod failed_events;
 mod fault;
 mod forward;
+mod handoff_rows;
 mod http;
 // `#[durable_object]`'s generated bindings carry no docs.
 #[allow(missing_docs)]

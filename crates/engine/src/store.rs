@@ -10,6 +10,7 @@ use worker::Env;
 use crate::config::Store;
 use crate::d1::{Db, Statement};
 use crate::event::VerifiedEvent;
+use crate::handoff_rows::Row;
 use crate::ledger::{self, Applied};
 use crate::migrations::{self, Behind};
 
@@ -56,13 +57,15 @@ impl NotApplied {
     }
 }
 
-/// Commits `batch` (see `effects::plan`) for `event` in `store`.
+/// Commits `batch` (see `effects::plan`) for `event` in `store`. Returns, with the outcome, the
+/// rows D1's engine tables are owed of an effect committed elsewhere (see
+/// `handoff_rows`): none on D1.
 pub(crate) async fn apply(
     env: &Env,
     store: Store,
     event: &VerifiedEvent,
     batch: &[Statement],
-) -> Result<Applied, NotApplied> {
+) -> Result<(Applied, Vec<Row>), NotApplied> {
     let failed = |e: worker::Error| NotApplied::Failed(crate::d1::said(&e));
     match store {
         Store::D1 => {
@@ -73,7 +76,8 @@ pub(crate) async fn apply(
             let batch = without_row_locks(batch).map_err(|(sql, why)| {
                 NotApplied::Failed(format!("{why}: {}", crate::d1::shown(sql)))
             })?;
-            ledger::apply(&db, event, &batch).await.map_err(failed)
+            let applied = ledger::apply(&db, event, &batch).await;
+            Ok((applied.map_err(failed)?, Vec::new()))
         }
         #[cfg(feature = "postgres")]
         Store::Postgres => {

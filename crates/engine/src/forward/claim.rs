@@ -9,6 +9,7 @@ use super::breaker::{self, held};
 use super::ForwardStatus;
 use crate::config::ForwardSettings;
 use crate::d1::{Db, Statement};
+use crate::handoff_rows::{self, Row};
 use crate::log::{self, Line};
 
 /// A claimed delivery, as the claim's `RETURNING` gives it.
@@ -86,12 +87,13 @@ pub struct Claim {
     pub retry_in: Vec<(String, u32)>,
 }
 
-/// Claims what it can of `ids` for the destinations named in `usable`;
+/// Claims what it can of `ids` for the destinations named in `usable`,
+/// after writing the rows their messages `carried` (see `handoff_rows`);
 /// `now` and `lease_until` in ms.
 pub async fn claim(
     db: &Db,
+    (ids, carried): (&[String], &[Row]),
     settings: &ForwardSettings,
-    ids: &[String],
     usable: &[&str],
     now: i64,
     lease_until: i64,
@@ -102,12 +104,13 @@ pub async fn claim(
         serde_json::to_string(ids)?.into(),
         serde_json::to_string(usable)?.into(),
     ];
-    let mut claimed: Vec<(Claimed, bool)> = db
-        .rows(&Statement::new(CLAIM, params))
-        .await?
-        .into_iter()
-        .map(|row| (row, false))
-        .collect();
+    let claim = Statement::new(CLAIM, params);
+    let mut claimed: Vec<(Claimed, bool)> =
+        handoff_rows::claim_after::<Claimed>(db, carried, claim)
+            .await?
+            .into_iter()
+            .map(|row| (row, false))
+            .collect();
     let mut retry_in = Vec::new();
     if claimed.len() < ids.len() {
         let unclaimed: Vec<&String> = ids

@@ -18,6 +18,7 @@ use super::ForwardStatus;
 use crate::clock::now_ms;
 use crate::config::ForwardSettings;
 use crate::d1::{Db, Statement};
+use crate::handoff_rows::{self, Row};
 use crate::log::{self, Line};
 use crate::outbox::notify_operator::{self, Alert};
 use crate::outbox::{self, enqueue_now};
@@ -58,18 +59,23 @@ pub async fn consume(
 ) -> worker::Result<()> {
     let settings = engine.forward()?;
     let messages: Vec<RawMessage> = batch.raw_iter().collect();
+    let jobs: Vec<Option<outbox::Job>> = messages
+        .iter()
+        .map(|message| outbox::Job::read(&message.body()))
+        .collect();
     let mut ids = Vec::new();
-    for message in &messages {
-        match outbox::Job::key_of(&message.body()) {
-            Some(id) => ids.push(id),
+    for (message, job) in messages.iter().zip(&jobs) {
+        match job {
+            Some(job) => ids.push(job.key.clone()),
             None => log::error(&Line::new("forward_bad_message").id(message.id())),
         }
     }
-    match run(env, engine, settings, &ids).await {
+    let carried = handoff_rows::carried(jobs.iter().flatten().flat_map(|job| &job.rows));
+    match run(env, engine, settings, &ids, &carried).await {
         Ok(retry_in) => {
-            for message in &messages {
-                let id = outbox::Job::key_of(&message.body());
-                let later = id.and_then(|id| retry_in.iter().find(|(r, _)| *r == id));
+            for (message, job) in messages.iter().zip(&jobs) {
+                let id = job.as_ref().map(|job| &job.key);
+                let later = id.and_then(|id| retry_in.iter().find(|(r, _)| r == id));
                 match later.map(|(_, seconds)| *seconds) {
                     Some(seconds) => retry(message, seconds),
                     None => message.ack(),
@@ -104,6 +110,7 @@ async fn run(
     engine: &Settings,
     settings: &ForwardSettings,
     ids: &[String],
+    carried: &[Row],
 ) -> worker::Result<Vec<(String, u32)>> {
     // Read first: a destination that is not declared, or has no usable
     // key, claims nothing (its deliveries wait, their attempts unspent).
@@ -119,7 +126,8 @@ async fn run(
         .unwrap_or(1)
         .max(1);
     let lease_until = now + settings.outbox.lease_ms * rounds;
-    let Claim { claimed, retry_in } = claim(&db, settings, ids, &names, now, lease_until).await?;
+    let Claim { claimed, retry_in } =
+        claim(&db, (ids, carried), settings, &names, now, lease_until).await?;
     if claimed.is_empty() {
         return Ok(retry_in);
     }

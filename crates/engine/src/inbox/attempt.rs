@@ -14,7 +14,7 @@ use crate::fault::Fault;
 use crate::ledger::Applied;
 use crate::log::{self, Line};
 use crate::store::{self, NotApplied};
-use crate::{forward, outbox};
+use crate::{handoff_rows, outbox};
 use worker::{Response, Result};
 
 /// How one effect attempt ended.
@@ -345,7 +345,7 @@ impl Inbox {
                     .map_err(|e| failed(&format!("unplannable event: {e}")))?
             }
         };
-        let applied = store::apply(&self.env, store, event, &plan.batch).await?;
+        let (applied, owed) = store::apply(&self.env, store, event, &plan.batch).await?;
         if fault == Some(Fault::FailAfterEffect) {
             return Err(failed("injected fault: after effect committed"));
         }
@@ -359,16 +359,14 @@ impl Inbox {
             Err("injected fault: enqueue".into())
         } else {
             let fault = fault.and_then(Fault::for_outbox);
-            let ids: Vec<(String, u32)> = plan.forward_ids.into_iter().map(|id| (id, 0)).collect();
-            let forwarded = forward::enqueue(&self.env, &ids).await;
-            outbox::enqueue(&self.env, &plan.outbox_keys, fault)
-                .await
-                .and(forwarded)
+            let (keys, ids) = (&plan.outbox_keys, &plan.forward_ids);
+            outbox::send_after_commit(&self.env, keys, ids, &owed, fault).await
         };
         if let Err(e) = sent {
             // Nothing is lost: the rows are committed as pending, and the
-            // cron relay sends them after its grace period.
+            // cron relay sends them after its grace period, once in D1.
             log::error(&Line::new("enqueue_failed").key(&event.key()).error(e));
+            handoff_rows::deliver(&self.env, &owed).await;
         }
         Ok(applied)
     }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::now_ms;
 use crate::d1::{Db, Statement, Value};
+use crate::handoff_rows::{self, Row};
 use crate::log::{self, Line};
 
 /// The outbox rows, as the consumer reads and writes them.
@@ -94,9 +95,12 @@ impl Rows {
     /// The claim: only one consumer run holds a row at a time, and only
     /// once it is due; a crashed run's lease expires and the row can be
     /// claimed again.
+    /// The messages' `carried` rows are written to D1 first, in the same
+    /// call (see `handoff_rows`).
     pub async fn claim(
         &self,
         keys: &[&str],
+        carried: &[Row],
         now: i64,
         lease_ms: i64,
     ) -> worker::Result<Vec<Claimed>> {
@@ -105,7 +109,8 @@ impl Rows {
             now.into(),
             lease_ms.into(),
         ];
-        self.0.rows(&Statement::new(CLAIM, params)).await
+        let claim = Statement::new(CLAIM, params);
+        handoff_rows::claim_after(&self.0, carried, claim).await
     }
 
     /// The rows among `keys` as they stand.

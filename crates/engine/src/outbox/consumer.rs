@@ -16,6 +16,7 @@ use crate::clock::now_ms;
 use crate::config::OutboxSettings;
 use crate::d1::Db;
 use crate::fault::Fault;
+use crate::handoff_rows;
 use crate::log::{self, Line};
 use crate::settings::Settings;
 
@@ -31,11 +32,7 @@ pub async fn consume(
     let rows = Rows(Db::from_env(env)?);
     let mut jobs: Vec<(RawMessage, Job)> = Vec::new();
     for message in batch.raw_iter() {
-        let job: Option<Job> = message
-            .body()
-            .as_string()
-            .and_then(|text| serde_json::from_str(&text).ok());
-        match job {
+        match Job::read(&message.body()) {
             // One message per row: a second for the same row (the relay's,
             // or a redelivery) is settled by the first.
             Some(job) if jobs.iter().any(|(_, j)| j.key == job.key) => message.ack(),
@@ -100,7 +97,8 @@ async fn settle(
     let settings = engine.outbox()?;
     let keys: Vec<&str> = jobs.iter().map(|(_, job)| job.key.as_str()).collect();
     let now = now_ms();
-    let claimed = rows.claim(&keys, now, settings.lease_ms).await?;
+    let carried = handoff_rows::carried(jobs.iter().flat_map(|(_, job)| &job.rows));
+    let claimed = rows.claim(&keys, &carried, now, settings.lease_ms).await?;
     let mut calls: FuturesUnordered<_> = claimed
         .iter()
         .enumerate()

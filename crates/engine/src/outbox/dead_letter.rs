@@ -57,7 +57,7 @@ pub(super) async fn send(
     }
     let messages = deaths
         .iter()
-        .map(|death| Job::message(&death.key, 0, None))
+        .map(|death| Job::message(&death.key, 0, None, &[]))
         .collect::<worker::Result<Vec<_>>>()?;
     env.queue(OUTBOX_DLQ_BINDING)?
         .send_raw_batch(messages)

@@ -38,7 +38,7 @@ pub(crate) use custom::refused as refused_side_effects;
 pub use custom::{Perform, PerformError, PerformFuture, Performer};
 pub use notify_chat::ChatMessage;
 pub(crate) use queue::{enqueue, enqueue_now};
-pub(crate) use queue::{send_jobs, Job};
+pub(crate) use queue::{send_after_commit, send_jobs, Job};
 pub use send_email::Email;
 
 use serde::Serialize;

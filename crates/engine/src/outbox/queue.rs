@@ -1,19 +1,24 @@
 //! Queue messages: a job names one row to perform (an outbox row, or a
-//! forward delivery), sent in batches the queue accepts.
+//! forward delivery), sent in batches the queue accepts. An event's first
+//! messages may carry the rows D1 is owed of it (see `handoff_rows`).
 
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::JsValue;
 use worker::{Env, QueueContentType, RawMessageBuilder, SendMessage};
 
-use crate::config::OUTBOX_BINDING;
+use crate::config::{FORWARD_BINDING, OUTBOX_BINDING};
 use crate::fault::Fault;
+use crate::handoff_rows::{self, Carried, Riding, Row};
 use crate::log::{self, Line};
 
-/// A queue message: which row to perform. `fault` is for the end-to-end
-/// tests only (see [`Fault`]).
+/// A queue message: which row to perform, and the rows it carries for D1
+/// (an older consumer ignores them: the relay copies them). `fault` is for
+/// the end-to-end tests only (see [`Fault`]).
 #[derive(Serialize, Deserialize)]
 pub(crate) struct Job {
     pub(crate) key: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) rows: Vec<Carried>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) fault: Option<Fault>,
 }
@@ -23,9 +28,11 @@ impl Job {
         key: &str,
         delay_secs: u32,
         fault: Option<Fault>,
+        rows: &[Carried],
     ) -> worker::Result<SendMessage<JsValue>> {
         let job = serde_json::to_string(&Job {
             key: key.to_string(),
+            rows: rows.to_vec(),
             fault,
         })?;
         let message = RawMessageBuilder::new(JsValue::from_str(&job));
@@ -37,10 +44,9 @@ impl Job {
         Ok(message.build_with_content_type(QueueContentType::Text))
     }
 
-    /// The key of a message's body; `None` when it is not a job.
-    pub(crate) fn key_of(body: &JsValue) -> Option<String> {
-        let job: Job = serde_json::from_str(&body.as_string()?).ok()?;
-        Some(job.key)
+    /// A message's body as a job; `None` when it is not one.
+    pub(crate) fn read(body: &JsValue) -> Option<Job> {
+        serde_json::from_str(&body.as_string()?).ok()
     }
 }
 
@@ -63,18 +69,63 @@ pub(crate) async fn send_jobs(
     jobs: &[(String, u32)],
     fault: Option<Fault>,
 ) -> worker::Result<()> {
-    if jobs.is_empty() {
+    let messages = jobs
+        .iter()
+        .map(|(key, delay)| Job::message(key, *delay, fault, &[]))
+        .collect::<worker::Result<Vec<_>>>()?;
+    send_messages(env, binding, messages).await
+}
+
+async fn send_messages(
+    env: &Env,
+    binding: &str,
+    mut messages: Vec<SendMessage<JsValue>>,
+) -> worker::Result<()> {
+    if messages.is_empty() {
         return Ok(());
     }
     let queue = env.queue(binding)?;
-    for chunk in jobs.chunks(QUEUE_BATCH_LIMIT) {
-        let messages = chunk
-            .iter()
-            .map(|(key, delay)| Job::message(key, *delay, fault))
-            .collect::<worker::Result<Vec<_>>>()?;
-        queue.send_raw_batch(messages).await?;
+    while !messages.is_empty() {
+        let rest = messages.split_off(messages.len().min(QUEUE_BATCH_LIMIT));
+        queue
+            .send_raw_batch(std::mem::replace(&mut messages, rest))
+            .await?;
     }
     Ok(())
+}
+
+/// Sends an event's messages after its commit, never before: its outbox
+/// rows' keys and its deliveries' ids, carrying the rows D1 is owed of it
+/// (`owed`, none on D1). Rows that cannot ride are copied to D1 first. On
+/// failure nothing is lost: the rows are committed, and the cron relays
+/// copy and send them after their grace period.
+pub(crate) async fn send_after_commit(
+    env: &Env,
+    outbox_keys: &[String],
+    forward_ids: &[String],
+    owed: &[Row],
+    fault: Option<Fault>,
+) -> worker::Result<()> {
+    let riding = handoff_rows::ride(owed, outbox_keys, forward_ids);
+    if riding.is_none() {
+        handoff_rows::deliver(env, owed).await;
+    }
+    let Riding { outbox, forwards } = riding.unwrap_or_default();
+    let messages = |keys: &[String], rows: &[Vec<Carried>], fault| {
+        keys.iter()
+            .enumerate()
+            .map(|(i, key)| Job::message(key, 0, fault, rows.get(i).map_or(&[], Vec::as_slice)))
+            .collect::<worker::Result<Vec<_>>>()
+    };
+    let forwarded = send_messages(
+        env,
+        FORWARD_BINDING,
+        messages(forward_ids, &forwards, None)?,
+    )
+    .await;
+    send_messages(env, OUTBOX_BINDING, messages(outbox_keys, &outbox, fault)?)
+        .await
+        .and(forwarded)
 }
 
 /// Sends one committed row's key, now, best effort: on failure it is logged,

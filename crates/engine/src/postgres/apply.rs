@@ -12,14 +12,14 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row as PgRow};
 use worker::Env;
 
-use super::handoff::{self, Row};
+use super::handoff;
 use super::pipeline::Pipeline;
 use super::{begin, sql, with_client, PgError};
 use crate::clock::now_ms;
 use crate::d1::Statement;
 use crate::event::VerifiedEvent;
+use crate::handoff_rows::{self, Row};
 use crate::ledger::{self, Applied};
-use crate::log::{self, Line};
 
 /// The ledger row, in D1's column order (see `ledger::row`). Refused by
 /// the ledger's unique keys when it holds the event (SQLSTATE 23505).
@@ -40,20 +40,25 @@ const DISMISSED: &str = "SELECT event_id FROM processed_events \
 const UNIQUE_VIOLATION: &str = "23505";
 
 /// Applies `batch` (as `effects::plan` made it: the ledger row, the
-/// effect's writes, the outbox rows and deliveries) for `event`, then hands
-/// its rows off to D1.
+/// effect's writes, the outbox rows and deliveries) for `event`. Returns
+/// the rows it committed for D1, which ride on the event's messages (see
+/// `handoff_rows`); what an earlier attempt left is copied here.
 pub(crate) async fn apply(
     env: &Env,
     event: &VerifiedEvent,
     batch: &[Statement],
-) -> Result<Applied, PgError> {
+) -> Result<(Applied, Vec<Row>), PgError> {
     transact(env, event, LEDGER_INSERT, batch).await
 }
 
-/// Records an operator's dismissal of `event` in the ledger (and hands
-/// its ledger row off to D1): `Now`, or what the ledger held already.
+/// Records an operator's dismissal of `event` in the ledger, and copies
+/// its ledger row to D1 (no message carries it): `Now`, or what the
+/// ledger held already.
 pub(crate) async fn dismiss(env: &Env, event: &VerifiedEvent) -> Result<Applied, PgError> {
-    transact(env, event, LEDGER_DISMISS, &[ledger::row(event, now_ms())]).await
+    let (applied, owed) =
+        transact(env, event, LEDGER_DISMISS, &[ledger::row(event, now_ms())]).await?;
+    handoff_rows::deliver(env, &owed).await;
+    Ok(applied)
 }
 
 /// Whether the ledger holds `event` as dismissed. Read in a transaction,
@@ -81,21 +86,22 @@ pub(crate) async fn handled(env: &Env, event: &VerifiedEvent) -> Result<bool, Pg
     let (holder, pending) =
         with_client(env, async |client: &Client| held(client, event).await).await?;
     if holder.as_deref() == Some(event.id.as_str()) {
-        hand_off(env, event, &pending).await;
+        handoff_rows::deliver(env, &pending).await;
     }
     Ok(holder.is_some())
 }
 
 /// `batch` in one transaction, its ledger row written by `ledger_sql`,
-/// then the hand-off, the connection closed. Once `COMMIT` is acknowledged
-/// the effect is applied, whatever befalls the hand-off (it is done again
-/// by the next attempt, or the relay).
+/// the connection closed; returns the hand-off rows it wrote. Once
+/// `COMMIT` is acknowledged the effect is applied, whatever befalls the
+/// hand-off (it is done again by the next attempt, or the relay). On a
+/// clash, what the earlier attempt left is copied to D1 here.
 async fn transact(
     env: &Env,
     event: &VerifiedEvent,
     ledger_sql: &'static str,
     batch: &[Statement],
-) -> Result<Applied, PgError> {
+) -> Result<(Applied, Vec<Row>), PgError> {
     let (ledger, rest) = batch
         .split_first()
         .ok_or_else(|| PgError::Refused("an empty batch".into()))?;
@@ -117,20 +123,19 @@ async fn transact(
         }
     })
     .await?;
-    let (applied, rows) = match outcome {
-        Outcome::Committed(written) => (Applied::Now, written),
+    match outcome {
+        Outcome::Committed(written) => Ok((Applied::Now, written)),
         // The ledger held the event, or its body under another id.
         Outcome::Held { holder, pending } => {
             let id = holder.ok_or_else(|| PgError::Refused(ledger::NO_HOLDER.into()))?;
-            match ledger::held_as(event, id) {
+            let applied = ledger::held_as(event, id);
+            if applied == Applied::Earlier {
                 // What that attempt left is handed off.
-                Applied::Earlier => (Applied::Earlier, pending),
-                replayed => (replayed, Vec::new()),
+                handoff_rows::deliver(env, &pending).await;
             }
+            Ok((applied, Vec::new()))
         }
-    };
-    hand_off(env, event, &rows).await;
-    Ok(applied)
+    }
 }
 
 /// How a transaction ended.
@@ -233,15 +238,4 @@ async fn held(
         None => None,
     };
     Ok((holder, handoff::read(pending)))
-}
-
-/// The hand-off after a commit: its failure is logged, never the event's.
-async fn hand_off(env: &Env, event: &VerifiedEvent, rows: &[Row]) {
-    if let Err(e) = handoff::deliver(env, rows).await {
-        log::error(
-            &Line::new("handoff_failed")
-                .key(&event.key())
-                .error(e.message()),
-        );
-    }
 }

@@ -41,7 +41,7 @@ pub(crate) use relay::run as relay;
 #[cfg(feature = "testing")]
 pub(crate) use sql::{params, typed_for, unsendable};
 #[cfg(feature = "testing")]
-pub(crate) use {apply::LEDGER_INSERT, handoff::Row, placeholders::numbered, sql::text};
+pub(crate) use {apply::LEDGER_INSERT, placeholders::numbered, sql::text};
 #[cfg(feature = "testing")]
 pub(crate) use {handoff::listed as listed_rows, handoff::INSERT as INSERT_ROWS};
 

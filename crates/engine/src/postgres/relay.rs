@@ -15,12 +15,13 @@ use std::time::Duration;
 use futures_util::future::{select, Either};
 use worker::Delay;
 
-use super::handoff::{d1_batch, read_all, Row};
+use super::handoff::read_all;
 use super::pipeline::Pipeline;
 use super::{begin, with_client, PgError};
 use crate::clock::now_ms;
 use crate::config::Store;
 use crate::d1::Db;
+use crate::handoff_rows::{d1_batch, Row};
 use crate::log::{self, Line};
 use crate::settings::Settings;
 

@@ -15,6 +15,7 @@ use super::{cluster, Failure};
 use crate::d1::{Statement, Value};
 use crate::effects::Plan;
 use crate::event::VerifiedEvent;
+use crate::handoff_rows::Row as HandOff;
 use crate::ledger::{self, Applied};
 use crate::postgres as pg;
 
@@ -73,17 +74,17 @@ impl Postgres {
         };
         let writes: Vec<&Statement> = rest
             .iter()
-            .filter(|s| pg::Row::of(event, s).is_none())
+            .filter(|s| HandOff::of(event, s).is_none())
             .collect();
         for write in &writes {
             if let Some(why) = pg::unsendable(write) {
                 return Err(Failure::refused(write.sql, why));
             }
         }
-        let rows: Vec<pg::Row> = plan
+        let rows: Vec<HandOff> = plan
             .batch
             .iter()
-            .filter_map(|s| pg::Row::of(event, s))
+            .filter_map(|s| HandOff::of(event, s))
             .collect();
         let failed = |sql: Option<&'static str>| {
             move |e: postgres_client::Error| Failure::said(sql, said(&e))
