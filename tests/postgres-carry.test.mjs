@@ -32,9 +32,10 @@ after(async () => {
   await w?.dispose();
 });
 
-const send = async (body) => {
+const send = async (body, fault) => {
   const secret = SECRETS.STRIPE_WEBHOOK_SECRET.split(",")[0];
-  const reply = await w.post("/webhooks/stripe", body, stripeHeaders(body, secret));
+  const headers = { ...stripeHeaders(body, secret), ...(fault && { "x-test-fault": fault }) };
+  const reply = await w.post("/webhooks/stripe", body, headers);
   return { status: reply.status, body: await reply.json() };
 };
 const d1 = (table, id) => w.scalar(`SELECT count(*) FROM ${table} WHERE event_id = ?`, id);
@@ -45,10 +46,11 @@ describe("postgres: the hand-off rides on the event's messages", () => {
     const id = uniqueId("evt");
     const email = `${uniqueId("buyer")}@example.com`;
     const body = checkoutCompleted({ id, email });
-    const replies = await Promise.all(Array.from({ length: 5 }, () => send(body)));
+    // The event never copies its rows itself (a test fault): without the
+    // rows they carry, neither consumer would find its row before a relay
+    // copied it, and none runs here.
+    const replies = await Promise.all(Array.from({ length: 5 }, () => send(body, "no-handoff-copy")));
     assert.deepEqual([...new Set(replies.map((r) => r.status))], [200]);
-    // Without the rows they carry, neither consumer would find its row
-    // before a relay copied it, and none runs here.
     await eventually(() => w.target.to(BACKEND).some((c) => c.headers["x-webhook-event-id"] === id), 10_000, "the delivery");
     await eventually(() => w.target.to("http://email.test").some((c) => c.body.includes(email)), 10_000, "the receipt");
     assert.equal(await d1("processed_events", id), 1);
@@ -69,5 +71,15 @@ describe("postgres: the hand-off rides on the event's messages", () => {
     assert.equal(await d1("processed_events", id), 1);
     assert.equal(await d1("forwards", id), 0);
     assert.equal(unmarked(id), "1");
+  });
+
+  test("messages that cannot be sent: the rows are copied to D1, for its relay to send", async () => {
+    const id = uniqueId("evt");
+    const reply = await send(checkoutCompleted({ id }), "fail-enqueue");
+    assert.equal(reply.body.outcome, "processed");
+    assert.equal(await d1("processed_events", id), 1);
+    assert.equal(await w.scalar("SELECT count(*) FROM outbox WHERE event_id = ? AND status = 'pending'", id), 1);
+    assert.equal(await d1("forwards", id), 1);
+    assert.equal(w.logged("enqueue_failed").length, 1);
   });
 });

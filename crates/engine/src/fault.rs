@@ -79,6 +79,10 @@ pub enum Fault {
     /// its placeholders (an app's bug, refused before it is sent): every
     /// attempt is refused, and the event ends failed.
     BadStatement,
+    /// With effects in Postgres: the event never copies its hand-off rows
+    /// to D1 itself, so only those its queue messages carry reach D1
+    /// before the relay, and a test can tell that they ride.
+    NoHandOffCopy,
 }
 
 impl Fault {
@@ -121,6 +125,7 @@ impl Fault {
             "crash-after-reply" => Fault::CrashAfterReply,
             "with-side-effect" => Fault::WithSideEffect,
             "bad-statement" => Fault::BadStatement,
+            "no-handoff-copy" => Fault::NoHandOffCopy,
             _ => return None,
         })
     }
@@ -149,6 +154,7 @@ impl Fault {
             Fault::DismissReplyLost(until) => format!("dismiss-reply-lost:{until}"),
             Fault::WithSideEffect => "with-side-effect".into(),
             Fault::BadStatement => "bad-statement".into(),
+            Fault::NoHandOffCopy => "no-handoff-copy".into(),
         }
     }
 
@@ -254,6 +260,7 @@ mod tests {
             Fault::DismissReplyLost(1_700_000_000_000),
             Fault::WithSideEffect,
             Fault::BadStatement,
+            Fault::NoHandOffCopy,
         ] {
             let json = serde_json::to_string(&fault).unwrap();
             assert_eq!(json, format!("\"{}\"", fault.name()));

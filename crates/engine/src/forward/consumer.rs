@@ -70,7 +70,8 @@ pub async fn consume(
             None => log::error(&Line::new("forward_bad_message").id(message.id())),
         }
     }
-    let carried = handoff_rows::carried(jobs.iter().flatten().flat_map(|job| &job.rows));
+    let carried = jobs.iter().flatten().flat_map(|job| &job.rows);
+    let carried = handoff_rows::carried(carried, now_ms());
     match run(env, engine, settings, &ids, &carried).await {
         Ok(retry_in) => {
             for (message, job) in messages.iter().zip(&jobs) {

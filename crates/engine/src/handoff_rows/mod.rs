@@ -19,7 +19,7 @@ use crate::{forward, ledger, outbox};
 
 mod riding;
 
-pub(crate) use riding::{carried, claim_after, ride, Carried, Riding};
+pub(crate) use riding::{carried, claim_after, ride, Riding};
 
 /// Which D1 table a row goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +114,21 @@ pub(crate) struct Row {
 }
 
 impl Row {
+    /// When its event wrote it (ms): the ledger row's `processed_at`, the
+    /// outbox row's `created_at`, the deliveries'.
+    fn written_at(&self) -> Option<i64> {
+        let at = match self.kind {
+            Kind::Ledger => 4,
+            Kind::Outbox => 5,
+            Kind::Forwards => 3,
+        };
+        match self.params.get(at)? {
+            Value::Int(ms) => Some(*ms),
+            Value::Real(ms) => Some(*ms as i64),
+            _ => None,
+        }
+    }
+
     /// `statement` of `event`'s batch as a hand-off row, if it is one.
     #[cfg_attr(not(any(feature = "postgres", test)), expect(dead_code))]
     pub(crate) fn of(event: &VerifiedEvent, statement: &Statement) -> Option<Row> {

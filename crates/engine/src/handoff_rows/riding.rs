@@ -11,7 +11,7 @@ use crate::log::{self, Line};
 
 /// A row on a queue message: its kind, key and values as JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Carried {
+struct Carried {
     kind: String,
     key: String,
     values: Vec<Json>,
@@ -46,8 +46,8 @@ const CARRIED_BYTES: usize = 64 * 1024;
 /// What each of an event's messages carries, in the order of their keys.
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct Riding {
-    pub outbox: Vec<Vec<Carried>>,
-    pub forwards: Vec<Vec<Carried>>,
+    pub outbox: Vec<Vec<Json>>,
+    pub forwards: Vec<Vec<Json>>,
 }
 
 /// Places `owed` on the event's messages: an outbox row on the job that
@@ -55,8 +55,11 @@ pub(crate) struct Riding {
 /// message. `None` when a row has no message to ride (an event with
 /// nothing to send) or they are too big to ride: they are copied first.
 pub(crate) fn ride(owed: &[Row], outbox_keys: &[String], forward_ids: &[String]) -> Option<Riding> {
-    let rows = |on: &dyn Fn(&Row) -> bool| -> Vec<Carried> {
-        owed.iter().filter(|row| on(row)).map(Carried::of).collect()
+    let rows = |on: &dyn Fn(&Row) -> bool| -> Vec<Json> {
+        let carried = owed.iter().filter(|row| on(row)).map(Carried::of);
+        carried
+            .map(|c| serde_json::to_value(c).unwrap_or_default())
+            .collect()
     };
     let is = |kind: Kind| move |row: &Row| row.kind == kind;
     let placed = |row: &Row| match row.kind {
@@ -84,24 +87,31 @@ pub(crate) fn ride(owed: &[Row], outbox_keys: &[String], forward_ids: &[String])
         .iter()
         .chain(&riding.forwards)
         .flatten()
-        .map(|carried| serde_json::to_string(carried).map_or(usize::MAX, |text| text.len()))
+        .map(|carried| carried.to_string().len())
         .fold(0, usize::saturating_add);
     (bytes <= CARRIED_BYTES).then_some(riding)
 }
 
-/// The rows `carried` on a batch's messages (once each, however many
-/// messages carried one).
-/// One that cannot be read is logged and left out: the relay's copy is
-/// the one D1 gets.
-pub(crate) fn carried<'a>(carried: impl IntoIterator<Item = &'a Carried>) -> Vec<Row> {
+/// Rows carried longer than this are not written: the relay has copied
+/// them by then, and a message retried for hours (a destination down)
+/// must not bring back a row an operator has since deleted.
+const CARRIED_FOR_MS: i64 = 60 * 60 * 1000;
+
+/// The rows `carried` on a batch's messages as of `now` (once each,
+/// however many messages carried one). One that cannot be read is logged
+/// and left out: the relay's copy is the one D1 gets. Each is read on its
+/// own, so that no row costs a message its key.
+pub(crate) fn carried<'a>(carried: impl IntoIterator<Item = &'a Json>, now: i64) -> Vec<Row> {
     let mut rows: Vec<Row> = Vec::new();
-    for carried in carried {
-        let Some(row) = carried.read() else {
-            let which = format!("{} {}", carried.kind, carried.key);
+    for json in carried {
+        let read = Carried::deserialize(json).ok();
+        let Some(row) = read.as_ref().and_then(Carried::read) else {
+            let which = read.map_or_else(String::new, |c| format!("{} {}", c.kind, c.key));
             log::error(&Line::new("handoff_unreadable").detail(which));
             continue;
         };
-        if !rows.iter().any(|r| r.kind == row.kind && r.key == row.key) {
+        let fresh = row.written_at().is_some_and(|at| at > now - CARRIED_FOR_MS);
+        if fresh && !rows.iter().any(|r| r.kind == row.kind && r.key == row.key) {
             rows.push(row);
         }
     }
@@ -109,29 +119,33 @@ pub(crate) fn carried<'a>(carried: impl IntoIterator<Item = &'a Carried>) -> Vec
 }
 
 /// A consumer's `claim` (a statement returning a `json` column), after
-/// writing the `rows` its messages carried, in one D1 call. Should D1
-/// refuse the rows, that is logged and the claim runs alone: the relay
-/// copies them later.
+/// writing the `rows` its messages carried, in one D1 call. Should that
+/// call fail, the claim runs alone: if it fails too, D1 is down and its
+/// error is returned (the messages are retried, with their rows); if not,
+/// D1 refused the rows, which is logged, and the relay copies them.
 pub(crate) async fn claim_after<T: serde::de::DeserializeOwned>(
     db: &Db,
     rows: &[Row],
     claim: Statement,
 ) -> worker::Result<Vec<T>> {
-    if !rows.is_empty() {
-        let mut statements = d1_batch(rows);
-        statements.push(claim.clone());
-        match db.batch_texts_read(&statements, "json").await {
-            Ok((mut texts, _)) => {
-                let claimed = texts.pop().unwrap_or_default();
-                return claimed
-                    .iter()
-                    .map(|text| serde_json::from_str(text).map_err(Into::into))
-                    .collect();
-            }
-            Err(e) => log::error(&Line::new("handoff_failed").error(e)),
-        }
+    if rows.is_empty() {
+        return db.rows(&claim).await;
     }
-    db.rows(&claim).await
+    let mut statements = d1_batch(rows);
+    statements.push(claim.clone());
+    let refused = match db.batch_texts_read(&statements, "json").await {
+        Ok((mut texts, _)) => {
+            let claimed = texts.pop().unwrap_or_default();
+            return claimed
+                .iter()
+                .map(|text| serde_json::from_str(text).map_err(Into::into))
+                .collect();
+        }
+        Err(e) => e,
+    };
+    let claimed = db.rows(&claim).await?;
+    log::error(&Line::new("handoff_failed").error(refused));
+    Ok(claimed)
 }
 
 #[cfg(test)]
@@ -142,28 +156,31 @@ mod tests {
     use crate::outbox::{self, Job, SideEffect};
     use crate::{forward, ledger};
 
+    /// When the event's rows were written (ms).
+    const WRITTEN: i64 = 1_700_000_000_000;
+
     /// An event's hand-off rows: its ledger row, two outbox rows and its
     /// deliveries; and the outbox rows' keys and the deliveries' ids.
     fn owed() -> (Vec<Row>, Vec<String>, Vec<String>) {
         let mut event = VerifiedEvent::example("example", "ping", "{}");
         event.forward = Some(r#"{"to":["a","b"],"headers":[]}"#.into());
-        let mut rows = vec![Row::of(&event, &ledger::row(&event, 2)).unwrap()];
+        let mut rows = vec![Row::of(&event, &ledger::row(&event, WRITTEN)).unwrap()];
         let mut keys = Vec::new();
         for (name, n) in [("ship", 1), ("pack", i64::MAX)] {
             let effect = SideEffect::custom(name, &serde_json::json!({"n": n}));
-            let (statement, key) = outbox::insert(&event, effect, 1_700_000_000_000);
+            let (statement, key) = outbox::insert(&event, effect, WRITTEN);
             rows.push(Row::of(&event, &statement).unwrap());
             keys.push(key);
         }
-        let (statement, ids) = forward::insert(&event, 1_700_000_000_001).unwrap();
+        let (statement, ids) = forward::insert(&event, WRITTEN + 1).unwrap();
         rows.push(Row::of(&event, &statement).unwrap());
         (rows, keys, ids)
     }
 
-    fn kinds(carried: &[Carried]) -> Vec<(&str, &str)> {
+    fn kinds(carried: &[Json]) -> Vec<(&str, &str)> {
         carried
             .iter()
-            .map(|c| (c.kind.as_str(), c.key.as_str()))
+            .map(|c| (c["kind"].as_str().unwrap(), c["key"].as_str().unwrap()))
             .collect()
     }
 
@@ -202,9 +219,14 @@ mod tests {
         // An outbox row whose job is not sent, deliveries without a job.
         assert_eq!(ride(&rows, &keys[..1], &ids), None);
         assert_eq!(ride(&rows, &keys, &[]), None);
-        // Past the bytes one event's messages may carry.
+        // Past the bytes one event's messages may carry: one row, or all
+        // of them together.
         let mut big = rows.clone();
         big[1].params[4] = Value::Text("x".repeat(CARRIED_BYTES));
+        assert_eq!(ride(&big, &keys, &ids), None);
+        big[1].params[4] = Value::Text("x".repeat(CARRIED_BYTES / 3));
+        assert!(ride(&big, &keys, &ids).is_some());
+        big[2].params[4] = Value::Text("x".repeat(CARRIED_BYTES * 2 / 3));
         assert_eq!(ride(&big, &keys, &ids), None);
     }
 
@@ -230,8 +252,15 @@ mod tests {
             .iter()
             .map(|t| serde_json::from_str(t).unwrap())
             .collect();
-        let read = carried(jobs.iter().flat_map(|job| &job.rows));
+        let read = carried(jobs.iter().flat_map(|job| &job.rows), WRITTEN + 1_000);
         assert_eq!(read, rows, "each row once, its values as they were");
+        // Carried for an hour, a row is left to the relay.
+        let later = WRITTEN + CARRIED_FOR_MS;
+        assert_eq!(
+            carried(jobs.iter().flat_map(|job| &job.rows), later).len(),
+            1
+        );
+        assert!(carried(jobs.iter().flat_map(|job| &job.rows), later + 2).is_empty());
         // A message of an earlier release carries none.
         let old: Job = serde_json::from_str(r#"{"key":"k"}"#).unwrap();
         assert!(old.rows.is_empty());
@@ -254,5 +283,12 @@ mod tests {
             assert_eq!(unreadable.read(), None, "{unreadable:?}");
         }
         assert_eq!(Carried::of(&rows[0]).read().as_ref(), Some(&rows[0]));
+        // A row of another shape costs its message nothing: the key reads.
+        let job: Job = serde_json::from_str(r#"{"key":"k","rows":[7,{"kind":1}]}"#).unwrap();
+        assert_eq!((job.key.as_str(), job.rows.len()), ("k", 2));
+        assert!(job
+            .rows
+            .iter()
+            .all(|row| Carried::deserialize(row).is_err()));
     }
 }

@@ -358,7 +358,6 @@ impl Inbox {
         let sent = if fault == Some(Fault::FailEnqueue) {
             Err("injected fault: enqueue".into())
         } else {
-            let fault = fault.and_then(Fault::for_outbox);
             let (keys, ids) = (&plan.outbox_keys, &plan.forward_ids);
             outbox::send_after_commit(&self.env, keys, ids, &owed, fault).await
         };
@@ -366,7 +365,9 @@ impl Inbox {
             // Nothing is lost: the rows are committed as pending, and the
             // cron relay sends them after its grace period, once in D1.
             log::error(&Line::new("enqueue_failed").key(&event.key()).error(e));
-            handoff_rows::deliver(&self.env, &owed).await;
+            if fault != Some(Fault::NoHandOffCopy) {
+                handoff_rows::deliver(&self.env, &owed).await;
+            }
         }
         Ok(applied)
     }

@@ -16,7 +16,7 @@ use crate::clock::now_ms;
 use crate::config::OutboxSettings;
 use crate::d1::Db;
 use crate::fault::Fault;
-use crate::handoff_rows;
+use crate::handoff_rows::{self, Row};
 use crate::log::{self, Line};
 use crate::settings::Settings;
 
@@ -31,11 +31,16 @@ pub async fn consume(
     let settings = engine.outbox()?;
     let rows = Rows(Db::from_env(env)?);
     let mut jobs: Vec<(RawMessage, Job)> = Vec::new();
+    let mut carried = Vec::new();
     for message in batch.raw_iter() {
         match Job::read(&message.body()) {
             // One message per row: a second for the same row (the relay's,
-            // or a redelivery) is settled by the first.
-            Some(job) if jobs.iter().any(|(_, j)| j.key == job.key) => message.ack(),
+            // or a redelivery) is settled by the first, which writes the
+            // rows it carried too.
+            Some(mut job) if jobs.iter().any(|(_, j)| j.key == job.key) => {
+                carried.append(&mut job.rows);
+                message.ack();
+            }
             Some(job) => jobs.push((message, job)),
             None => {
                 log::error(&Line::new("outbox_bad_message").id(message.id()));
@@ -46,7 +51,9 @@ pub async fn consume(
     if jobs.is_empty() {
         return Ok(());
     }
-    match settle(&jobs, &rows, env, engine).await {
+    carried.extend(jobs.iter().flat_map(|(_, job)| job.rows.iter().cloned()));
+    let carried = handoff_rows::carried(&carried, now_ms());
+    match settle(&jobs, &carried, &rows, env, engine).await {
         Ok(next) => {
             for ((message, _), next) in jobs.iter().zip(next) {
                 match next {
@@ -82,7 +89,8 @@ enum Next {
     RetryIn(u32),
 }
 
-/// Claims the batch's rows (one per job), performs what it
+/// Claims the batch's rows (one per job), after writing those the
+/// messages `carried` (see `handoff_rows`), performs what it
 /// claimed, and records the results; says what to tell the queue about
 /// each job, in order. A call's success is marked `sent` as soon as it is
 /// known, with every other one known by then, in one statement: a slow
@@ -90,6 +98,7 @@ enum Next {
 /// end together, costs one.
 async fn settle(
     jobs: &[(RawMessage, Job)],
+    carried: &[Row],
     rows: &Rows,
     env: &Env,
     engine: &Settings,
@@ -97,8 +106,7 @@ async fn settle(
     let settings = engine.outbox()?;
     let keys: Vec<&str> = jobs.iter().map(|(_, job)| job.key.as_str()).collect();
     let now = now_ms();
-    let carried = handoff_rows::carried(jobs.iter().flat_map(|(_, job)| &job.rows));
-    let claimed = rows.claim(&keys, &carried, now, settings.lease_ms).await?;
+    let claimed = rows.claim(&keys, carried, now, settings.lease_ms).await?;
     let mut calls: FuturesUnordered<_> = claimed
         .iter()
         .enumerate()

@@ -3,12 +3,13 @@
 //! messages may carry the rows D1 is owed of it (see `handoff_rows`).
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
 use worker::wasm_bindgen::JsValue;
 use worker::{Env, QueueContentType, RawMessageBuilder, SendMessage};
 
 use crate::config::{FORWARD_BINDING, OUTBOX_BINDING};
 use crate::fault::Fault;
-use crate::handoff_rows::{self, Carried, Riding, Row};
+use crate::handoff_rows::{self, Riding, Row};
 use crate::log::{self, Line};
 
 /// A queue message: which row to perform, and the rows it carries for D1
@@ -17,8 +18,10 @@ use crate::log::{self, Line};
 #[derive(Serialize, Deserialize)]
 pub(crate) struct Job {
     pub(crate) key: String,
+    /// Each read on its own (`handoff_rows::carried`), so that a row this
+    /// build cannot read never costs the message its key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) rows: Vec<Carried>,
+    pub(crate) rows: Vec<Json>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) fault: Option<Fault>,
 }
@@ -28,7 +31,7 @@ impl Job {
         key: &str,
         delay_secs: u32,
         fault: Option<Fault>,
-        rows: &[Carried],
+        rows: &[Json],
     ) -> worker::Result<SendMessage<JsValue>> {
         let job = serde_json::to_string(&Job {
             key: key.to_string(),
@@ -107,11 +110,11 @@ pub(crate) async fn send_after_commit(
     fault: Option<Fault>,
 ) -> worker::Result<()> {
     let riding = handoff_rows::ride(owed, outbox_keys, forward_ids);
-    if riding.is_none() {
+    if riding.is_none() && fault != Some(Fault::NoHandOffCopy) {
         handoff_rows::deliver(env, owed).await;
     }
     let Riding { outbox, forwards } = riding.unwrap_or_default();
-    let messages = |keys: &[String], rows: &[Vec<Carried>], fault| {
+    let messages = |keys: &[String], rows: &[Vec<Json>], fault| {
         keys.iter()
             .enumerate()
             .map(|(i, key)| Job::message(key, 0, fault, rows.get(i).map_or(&[], Vec::as_slice)))
@@ -123,6 +126,7 @@ pub(crate) async fn send_after_commit(
         messages(forward_ids, &forwards, None)?,
     )
     .await;
+    let fault = fault.and_then(Fault::for_outbox);
     send_messages(env, OUTBOX_BINDING, messages(outbox_keys, &outbox, fault)?)
         .await
         .and(forwarded)
