@@ -120,9 +120,11 @@ pub(crate) fn carried<'a>(carried: impl IntoIterator<Item = &'a Json>, now: i64)
 
 /// A consumer's `claim` (a statement returning a `json` column), after
 /// writing the `rows` its messages carried, in one D1 call. Should that
-/// call fail, the claim runs alone: if it fails too, D1 is down and its
-/// error is returned (the messages are retried, with their rows); if not,
-/// D1 refused the rows, which is logged, and the relay copies them.
+/// call fail, the rows are written alone, then the claim: so a passing
+/// failure costs no row. If the rows fail again, D1 refuses them (which is
+/// logged, and the relay copies them) or is down; the claim then tells
+/// which, and D1 down is its error (the messages are retried, with their
+/// rows).
 pub(crate) async fn claim_after<T: serde::de::DeserializeOwned>(
     db: &Db,
     rows: &[Row],
@@ -131,20 +133,21 @@ pub(crate) async fn claim_after<T: serde::de::DeserializeOwned>(
     if rows.is_empty() {
         return db.rows(&claim).await;
     }
-    let mut statements = d1_batch(rows);
+    let copies = d1_batch(rows);
+    let mut statements = copies.clone();
     statements.push(claim.clone());
-    let refused = match db.batch_texts_read(&statements, "json").await {
-        Ok((mut texts, _)) => {
-            let claimed = texts.pop().unwrap_or_default();
-            return claimed
-                .iter()
-                .map(|text| serde_json::from_str(text).map_err(Into::into))
-                .collect();
-        }
-        Err(e) => e,
-    };
+    if let Ok((mut texts, _)) = db.batch_texts_read(&statements, "json").await {
+        let claimed = texts.pop().unwrap_or_default();
+        return claimed
+            .iter()
+            .map(|text| serde_json::from_str(text).map_err(Into::into))
+            .collect();
+    }
+    let copied = db.batch(&copies).await;
     let claimed = db.rows(&claim).await?;
-    log::error(&Line::new("handoff_failed").error(refused));
+    if let Err(refused) = copied {
+        log::error(&Line::new("handoff_failed").error(refused));
+    }
     Ok(claimed)
 }
 

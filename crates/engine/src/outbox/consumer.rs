@@ -31,15 +31,16 @@ pub async fn consume(
     let settings = engine.outbox()?;
     let rows = Rows(Db::from_env(env)?);
     let mut jobs: Vec<(RawMessage, Job)> = Vec::new();
+    // One message per row: a second for the same row (the relay's, or a
+    // redelivery) is settled by the first, which writes the rows it
+    // carried too; it is acknowledged once the batch is, or retried.
+    let mut seconds: Vec<RawMessage> = Vec::new();
     let mut carried = Vec::new();
     for message in batch.raw_iter() {
         match Job::read(&message.body()) {
-            // One message per row: a second for the same row (the relay's,
-            // or a redelivery) is settled by the first, which writes the
-            // rows it carried too.
             Some(mut job) if jobs.iter().any(|(_, j)| j.key == job.key) => {
                 carried.append(&mut job.rows);
-                message.ack();
+                seconds.push(message);
             }
             Some(job) => jobs.push((message, job)),
             None => {
@@ -61,12 +62,13 @@ pub async fn consume(
                     Next::RetryIn(seconds) => retry(message, seconds),
                 }
             }
+            seconds.iter().for_each(RawMessage::ack);
         }
         Err(e) => {
             // D1 unreachable or the like: nothing was decided; try again
             // after a jittered first backoff, not at once into an outage.
             log::error(&Line::new("outbox_error").detail(e));
-            for (message, _) in &jobs {
+            for message in jobs.iter().map(|(message, _)| message).chain(&seconds) {
                 retry(message, settings.backoff_secs(1));
             }
         }

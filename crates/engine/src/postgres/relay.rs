@@ -1,7 +1,8 @@
 //! The cron relay: hands off to D1 what events committed in Postgres left
-//! unmarked (each event copies its rows to D1 itself, and the relay marks
-//! them, hundreds to a transaction, after copying them again as a no-op),
-//! and what an attempt cut short between its commit and its copy left.
+//! unmarked (their rows rode to D1 on their queue messages, or were copied
+//! by the event, and the relay marks them, hundreds to a transaction, after
+//! copying them again as a no-op), and what a message lost, D1 refusing,
+//! or an attempt cut short between its commit and its messages left.
 //! Rows are claimed with `FOR UPDATE SKIP LOCKED`, so that two runs never
 //! hold one row.
 
@@ -72,7 +73,8 @@ pub(crate) async fn run(env: &Env, settings: &Settings) {
 }
 
 /// The cron relay: hands off the rows left past `grace_ms` (each event's
-/// rows, which it copied to D1 itself, and any whose copy was cut short),
+/// rows, which its messages carried to D1, and any whose hand-off was cut
+/// short),
 /// [`CLAIMED`] at a time, until none is left or [`RELAY_BUDGET_MS`] is
 /// spent. Returns how many it handed off.
 async fn relay(env: &Env, grace_ms: i64) -> Result<usize, PgError> {
