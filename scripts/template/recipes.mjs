@@ -52,7 +52,6 @@ pub fn paid(event: &VerifiedEvent, now: i64) -> Result<Effect, PlanError> {
 /// row to a real database made from this copy's migrations.
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::effects::EFFECTS;
     use webhook_engine::testing::{self, row, Applied, TestDb};
 
