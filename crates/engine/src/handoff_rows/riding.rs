@@ -55,41 +55,53 @@ pub(crate) struct Riding {
 /// message. `None` when a row has no message to ride (an event with
 /// nothing to send) or they are too big to ride: they are copied first.
 pub(crate) fn ride(owed: &[Row], outbox_keys: &[String], forward_ids: &[String]) -> Option<Riding> {
-    let rows = |on: &dyn Fn(&Row) -> bool| -> Vec<Json> {
-        let carried = owed.iter().filter(|row| on(row)).map(Carried::of);
-        carried
-            .map(|c| serde_json::to_value(c).unwrap_or_default())
-            .collect()
+    // How many of the messages carry a row (the keys are distinct).
+    let messages = |row: &Row| match row.kind {
+        Kind::Ledger => outbox_keys.len() + forward_ids.len(),
+        Kind::Outbox => usize::from(outbox_keys.contains(&row.key)),
+        Kind::Forwards => forward_ids.len(),
     };
-    let is = |kind: Kind| move |row: &Row| row.kind == kind;
-    let placed = |row: &Row| match row.kind {
-        Kind::Ledger => !outbox_keys.is_empty() || !forward_ids.is_empty(),
-        Kind::Outbox => outbox_keys.contains(&row.key),
-        Kind::Forwards => !forward_ids.is_empty(),
-    };
-    if !owed.iter().all(placed) {
+    // Each row as it rides, made once however many messages carry it.
+    let riders: Vec<(&Row, Json)> = owed
+        .iter()
+        .map(|row| {
+            (
+                row,
+                serde_json::to_value(Carried::of(row)).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let mut bytes = 0usize;
+    for (row, json) in &riders {
+        let times = messages(row);
+        if times == 0 {
+            return None;
+        }
+        bytes = bytes.saturating_add(json.to_string().len().saturating_mul(times));
+    }
+    if bytes > CARRIED_BYTES {
         return None;
     }
-    let riding = Riding {
+    let on = |rides: &dyn Fn(&Row) -> bool| -> Vec<Json> {
+        let riding = riders.iter().filter(|(row, _)| rides(row));
+        riding.map(|(_, json)| json.clone()).collect()
+    };
+    Some(Riding {
         outbox: outbox_keys
             .iter()
             .map(|key| {
-                rows(&|row| is(Kind::Ledger)(row) || (is(Kind::Outbox)(row) && &row.key == key))
+                on(
+                    &|row| {
+                        row.kind == Kind::Ledger || (row.kind == Kind::Outbox && &row.key == key)
+                    },
+                )
             })
             .collect(),
         forwards: forward_ids
             .iter()
-            .map(|_| rows(&|row| row.kind != Kind::Outbox))
+            .map(|_| on(&|row| row.kind != Kind::Outbox))
             .collect(),
-    };
-    let bytes: usize = riding
-        .outbox
-        .iter()
-        .chain(&riding.forwards)
-        .flatten()
-        .map(|carried| carried.to_string().len())
-        .fold(0, usize::saturating_add);
-    (bytes <= CARRIED_BYTES).then_some(riding)
+    })
 }
 
 /// Rows carried longer than this are not written: the relay has copied

@@ -52,8 +52,10 @@ pub async fn consume(
     if jobs.is_empty() {
         return Ok(());
     }
-    carried.extend(jobs.iter().flat_map(|(_, job)| job.rows.iter().cloned()));
-    let carried = handoff_rows::carried(&carried, now_ms());
+    let all = carried
+        .iter()
+        .chain(jobs.iter().flat_map(|(_, job)| &job.rows));
+    let carried = handoff_rows::carried(all, now_ms());
     match settle(&jobs, &carried, &rows, env, engine).await {
         Ok(next) => {
             for ((message, _), next) in jobs.iter().zip(next) {
