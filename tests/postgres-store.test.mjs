@@ -67,9 +67,9 @@ test(`${FIRST}: Postgres stopped, 503 with Retry-After; started again, the alarm
 });
 
 test(`${FIRST}: a database without the engine's newest migration: 500 naming it, one log line; applied, the alarm applies the event once`, async () => {
-  // As a database migrated before migrations-postgres/…_engine_handoff_tries.sql.
+  // As a database migrated before migrations-postgres/…_engine_handoff_due.sql.
   const behind = freshDatabase();
-  behind.query("ALTER TABLE webhook_outbox DROP COLUMN tries; DELETE FROM webhook_migrations WHERE name LIKE '%_engine_handoff_tries.sql'");
+  behind.query("DROP INDEX webhook_outbox_due; DELETE FROM webhook_migrations WHERE name LIKE '%_engine_handoff_due.sql'");
   const worker = await startPostgresWorker(behind, { ...SOURCE_SECRETS, EFFECT_RETRY_BASE_MS: "1000" });
   const count = () => Number(behind.scalar(`SELECT count(*) FROM processed_events WHERE source = '${FIRST}'`));
   try {
@@ -78,15 +78,15 @@ test(`${FIRST}: a database without the engine's newest migration: 500 naming it,
     for (let i = 0; i < 2; i++) {
       const reply = await worker.post(`/webhooks/${FIRST}`, event.body, event.headers);
       assert.equal(reply.status, 500);
-      assert.deepEqual(await reply.json(), { outcome: "accepted", key, error: "misconfigured", missing_migration: "engine_handoff_tries" });
+      assert.deepEqual(await reply.json(), { outcome: "accepted", key, error: "misconfigured", missing_migration: "engine_handoff_due" });
     }
     assert.equal(count(), 0, "nothing committed");
     const told = worker.logged("store_behind");
     assert.equal(told.length, 1, "once");
-    assert.match(told[0].detail, /migrations-postgres\/NNNN_engine_handoff_tries\.sql/);
-    assert.match(told[0].detail, /42703/);
+    assert.match(told[0].detail, /migrations-postgres\/NNNN_engine_handoff_due\.sql/);
+    assert.match(told[0].detail, /42P01/);
     // What make deploy (or make dev) runs: the migration, as a copy holds it.
-    behind.query(readFileSync(`migrations-postgres/${readdirSync("migrations-postgres").find((f) => /^\d{4}_engine_handoff_tries\.sql$/.test(f))}`, "utf8"));
+    behind.query(readFileSync(`migrations-postgres/${readdirSync("migrations-postgres").find((f) => /^\d{4}_engine_handoff_due\.sql$/.test(f))}`, "utf8"));
     await eventually(() => count() === 1, 20_000, "the alarm's retry");
     await untilDuplicate(worker, event);
     assert.equal(count(), 1);

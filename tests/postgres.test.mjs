@@ -337,3 +337,76 @@ describe("postgres: an operator's failed list and dismissal", () => {
     await eventually(async () => (await ops.inboxState(`stripe:${id}`))?.state === "done", 10_000, "done");
   });
 });
+
+describe("postgres: a hand-off row D1 keeps refusing", () => {
+  const TOKEN = "postgres-stuck-token-0123456789abcdef";
+  let ops;
+  before(async () => {
+    ops = await startPostgresWorker(pg, { ...TARGETS, ADMIN_TOKEN: TOKEN });
+  });
+  after(() => ops?.dispose());
+  const api = (path, init = {}) => ops.mf.dispatchFetch(`http://localhost/admin/api/${path}`, { ...init, headers: { authorization: `Bearer ${TOKEN}` } });
+  const relay = async () => (await ops.mf.getWorker("webhooks")).scheduled({ cron: "* * * * *" });
+  const signedIn = async () => {
+    const login = await ops.mf.dispatchFetch("http://localhost/admin/login", {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded", "sec-fetch-site": "same-origin" },
+      body: `token=${TOKEN}`,
+      redirect: "manual",
+    });
+    await login.arrayBuffer();
+    return login.headers.get("set-cookie").split(";")[0];
+  };
+
+  test("at its tenth try it is alerted and no longer claimed; listed on the API and the dashboard; retried once D1 takes it", async () => {
+    const id = uniqueId("evt");
+    const key = `stripe:${id}`;
+    // D1 refuses it: processed_events.type is NOT NULL. Nine tries spent.
+    const refused = JSON.stringify(["stripe", id, null, 1, 2, null]);
+    pg.query(`INSERT INTO webhook_outbox (kind, key, source, event_id, params, created_at, tries) VALUES ('ledger', '${key}', 'stripe', '${id}', '${refused}', 0, 9)`);
+    const tries = () => pg.scalar(`SELECT tries FROM webhook_outbox WHERE key = '${key}'`);
+    await relay();
+    assert.equal(tries(), "10");
+    assert.ok(ops.logged("handoff_stuck").some((line) => line.detail.includes(key)), "logged");
+    const alerts = "SELECT count(*) FROM outbox WHERE action = 'notify_operator' AND event_id = ?";
+    assert.equal(await ops.scalar(alerts, id), 1, "alerted");
+    const refusals = () => ops.logged("handoff_refused").filter((line) => line.detail === key).length;
+    const before = refusals();
+    await relay();
+    assert.equal(tries(), "10", "no longer claimed");
+    assert.equal(refusals(), before, "not sent to D1 again");
+
+    const listed = await api("handoff");
+    assert.equal(listed.status, 200);
+    const backlog = await listed.json();
+    assert.ok(backlog.stuck >= 1 && backlog.waiting >= backlog.stuck, JSON.stringify(backlog));
+    assert.equal(backlog.stuck_after_tries, 10);
+    assert.deepEqual(
+      backlog.stuck_rows.filter((row) => row.key === key).map(({ kind, source, event_id, tries }) => ({ kind, source, event_id, tries })),
+      [{ kind: "ledger", source: "stripe", event_id: id, tries: 10 }],
+    );
+    const cookie = await signedIn();
+    const overview = await (await ops.mf.dispatchFetch("http://localhost/admin", { headers: { cookie } })).text();
+    assert.match(overview, /<h2>Hand-off to D1<\/h2>/);
+    assert.ok(overview.includes(key), "the stuck row is shown");
+
+    // The operator mends what D1 refused, then retries from the dashboard.
+    pg.query(`UPDATE webhook_outbox SET params = '${JSON.stringify(["stripe", id, "invoice.created", 1, 2, null])}' WHERE key = '${key}'`);
+    const formToken = overview.match(/action="\/admin\/handoff\/retry"><input type="hidden" name="form_token" value="([0-9a-f]+)"/)[1];
+    const retried = await ops.mf.dispatchFetch("http://localhost/admin/handoff/retry", {
+      method: "POST",
+      headers: { cookie, "content-type": "application/x-www-form-urlencoded", "sec-fetch-site": "same-origin" },
+      body: `form_token=${formToken}`,
+      redirect: "manual",
+    });
+    await retried.arrayBuffer();
+    assert.equal(retried.headers.get("location"), "/admin?done=retried-handoff");
+    assert.equal(tries(), "0");
+    await relay();
+    assert.equal(await ops.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
+    assert.notEqual(pg.scalar(`SELECT handed_off_at FROM webhook_outbox WHERE key = '${key}'`), "");
+    const after = await (await api("handoff")).json();
+    assert.ok(!after.stuck_rows.some((row) => row.key === key));
+    assert.equal((await (await api("handoff/retry", { method: "POST" })).json()).retried, 0);
+  });
+});

@@ -200,6 +200,7 @@ fn dashboard_form(path: &str) -> bool {
         || path.starts_with("/admin/events/")
         || path.starts_with("/admin/outbox/")
         || path.starts_with("/admin/destinations/")
+        || path == "/admin/handoff/retry"
 }
 
 #[cfg(not(feature = "dashboard"))]

@@ -45,6 +45,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         dir: "migrations-postgres",
         probe: "SELECT tries FROM webhook_outbox LIMIT 0",
     },
+    Migration {
+        name: "engine_handoff_due",
+        dir: "migrations-postgres",
+        probe: "SELECT 'webhook_outbox_due'::regclass LIMIT 0",
+    },
 ];
 
 /// Why a unit of work did not run: the store lacks `migration`.
@@ -150,6 +155,10 @@ mod tests {
         (
             "migrations-postgres/0002_engine_handoff_tries.sql",
             "cd4564ff94d2bba56ff3748f4216f9bdb6560cdbafd1a3fefde2a838310be410",
+        ),
+        (
+            "migrations-postgres/0003_engine_handoff_due.sql",
+            "7fcc9e5dd3bce685bbe3459df66f78b31e9d87264e2040830c21a746d7a0ca2e",
         ),
     ];
 

@@ -42,10 +42,17 @@ pub(super) enum Action<'a> {
         name: &'a str,
         action: DestinationAction,
     },
+    /// The hand-off rows the relay gave up on, due again (Postgres).
+    #[cfg(feature = "postgres")]
+    RetryHandOff,
 }
 
 impl<'a> Action<'a> {
     pub(super) fn parse(path: &'a str) -> Option<Self> {
+        #[cfg(feature = "postgres")]
+        if path == "/admin/handoff/retry" {
+            return Some(Action::RetryHandOff);
+        }
         if let Some(key) = path
             .strip_prefix("/admin/outbox/")
             .and_then(|rest| rest.strip_suffix("/requeue"))
@@ -85,6 +92,8 @@ impl<'a> Action<'a> {
             Action::Requeue { .. } => "requeue",
             Action::Redeliver { .. } => "redeliver",
             Action::Destination { action, .. } => action.name(),
+            #[cfg(feature = "postgres")]
+            Action::RetryHandOff => "retry-handoff",
         }
     }
 
@@ -96,6 +105,8 @@ impl<'a> Action<'a> {
             }
             Action::Requeue { key } | Action::Redeliver { delivery: key, .. } => decode(key),
             Action::Destination { name, .. } => decode(name),
+            #[cfg(feature = "postgres")]
+            Action::RetryHandOff => "stuck hand-off rows".into(),
         }
     }
 
@@ -106,6 +117,8 @@ impl<'a> Action<'a> {
             | Action::Dismiss { source, id }
             | Action::Redeliver { source, id, .. } => format!("/admin/events/{source}/{id}"),
             Action::Requeue { .. } => "/admin".into(),
+            #[cfg(feature = "postgres")]
+            Action::RetryHandOff => "/admin".into(),
             Action::Destination { .. } => "/admin/destinations".into(),
         }
     }
@@ -134,6 +147,14 @@ impl<'a> Action<'a> {
                     Err(_) => "not-done",
                 };
             }
+            #[cfg(feature = "postgres")]
+            Action::RetryHandOff => {
+                return match super::handoff::retry(env, settings).await {
+                    Ok(Some(0) | None) => "unchanged",
+                    Ok(Some(_)) => "retried-handoff",
+                    Err(_) => "not-done",
+                };
+            }
             Action::Replay { source, id } | Action::Dismiss { source, id } => {
                 (decode(source), decode(id))
             }
@@ -158,7 +179,7 @@ impl<'a> Action<'a> {
 }
 
 /// What an action did, by the code in the page's `?done=`.
-pub(super) const NOTICES: [(&str, &str); 18] = [
+pub(super) const NOTICES: [(&str, &str); 19] = [
     ("applied", "Replayed: the effect was applied, once."),
     ("no-op", "No-op: the effect had already been applied."),
     (
@@ -210,4 +231,8 @@ pub(super) const NOTICES: [(&str, &str); 18] = [
         "Discarded: the deliveries held for it are dead, and will not be sent.",
     ),
     ("unchanged", "Nothing to change."),
+    (
+        "retried-handoff",
+        "Retried: the relay hands the stuck rows off to D1 again at its next run.",
+    ),
 ];

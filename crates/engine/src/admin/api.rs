@@ -16,10 +16,15 @@
 //! - `POST /admin/api/destinations/{name}/requeue|pause|resume|enable|discard`
 //! - `POST /admin/api/deliveries/{id}/redeliver`: again, under the same
 //!   `webhook-id`
+//! - `GET  /admin/api/handoff?limit=` (Postgres): rows left to hand off to
+//!   D1, and those the relay gave up on (`stuck_rows`, oldest first)
+//! - `POST /admin/api/handoff/retry` (Postgres): the stuck rows due again
 
 use serde::Serialize;
 use worker::{Env, Method, Request, Response, Result};
 
+#[cfg(feature = "postgres")]
+use super::handoff::HandOff;
 use super::queries::{self, EventFilter, Listing};
 use super::{admin_token, bearer, decode, guard, token_matches, Closed, Denied, Query};
 use crate::d1::Json;
@@ -111,9 +116,33 @@ pub async fn handle(req: Request, env: &Env, settings: &Settings, path: &str) ->
             let stats = queries::stats(env).await?;
             Response::from_json(&StatsAnswer { stats })
         }
+        #[cfg(feature = "postgres")]
+        (Method::Get, ["handoff"]) => {
+            match super::handoff::read(env, settings, query.limit().into()).await {
+                HandOff::None => Response::error(NO_HANDOFF, 404),
+                HandOff::Unavailable(why) => Response::error(why, 503),
+                HandOff::Backlog(backlog) => Response::from_json(&backlog),
+            }
+        }
+        #[cfg(feature = "postgres")]
+        (Method::Post, ["handoff", "retry"]) => match super::handoff::retry(env, settings).await {
+            Ok(None) => Response::error(NO_HANDOFF, 404),
+            Ok(Some(retried)) => {
+                #[derive(Serialize)]
+                struct Retried {
+                    retried: i64,
+                }
+                Response::from_json(&Retried { retried })
+            }
+            Err(why) => Response::error(why, 503),
+        },
         _ => Response::error("not found", 404),
     }
 }
+
+/// The answer about the hand-off where effects commit in D1.
+#[cfg(feature = "postgres")]
+const NO_HANDOFF: &str = "effects commit in D1 here: nothing is handed off";
 
 async fn list_events(env: &Env, query: &Query) -> Result<Response> {
     let Some(listing) = Listing::from_name(query.get("status").unwrap_or("processed")) else {

@@ -165,7 +165,7 @@ async fn signed_in(
         .map(|(_, notice)| *notice);
     let forms = form_token(token, session);
     match req.method() {
-        Method::Get if path == "/admin" => pages::overview(env, &forms, notice).await,
+        Method::Get if path == "/admin" => pages::overview(env, settings, &forms, notice).await,
         Method::Get if path == "/admin/events" => {
             finder::events(env, &super::Query::of(&req), &forms).await
         }

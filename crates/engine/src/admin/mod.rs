@@ -6,6 +6,7 @@
 //! signed-out session stays refused.
 //!
 //! - [`queries`]: what both read from D1 and the inboxes, as typed rows;
+//! - `handoff.rs`: what Postgres has yet to hand off to D1, for both;
 //! - the dashboard's: `actions.rs` (Replay, Dismiss and Requeue), `pages.rs`
 //!   (the overview and event pages), `finder.rs` (the page that finds
 //!   events), `forwarding.rs` (destinations, and an event's deliveries), `summary.rs` (the overview's per-source sums), `html.rs` (the
@@ -24,6 +25,8 @@ pub mod dashboard;
 mod finder;
 #[cfg(feature = "dashboard")]
 mod forwarding;
+#[cfg(feature = "postgres")]
+mod handoff;
 #[cfg(feature = "dashboard")]
 pub mod html;
 #[cfg(feature = "dashboard")]

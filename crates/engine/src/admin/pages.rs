@@ -15,6 +15,7 @@ use crate::clock::now_ms;
 use crate::inbox::state::EventState;
 use crate::inbox::store::LoggedDelivery;
 use crate::outbox::{Action, OutboxStatus};
+use crate::settings::Settings;
 
 /// Replay and Dismiss for a failed event.
 pub(super) fn failed_actions(source: &str, id: &str, forms: &str) -> String {
@@ -66,7 +67,23 @@ pub(super) fn event_rows(events: &[queries::ListedEvent]) -> Vec<Vec<String>> {
 
 /// The overview; `forms` is the session's form token, `notice` the outcome
 /// of the action just taken.
-pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Response> {
+pub async fn overview(
+    env: &Env,
+    settings: &Settings,
+    forms: &str,
+    notice: Option<&str>,
+) -> Result<Response> {
+    #[cfg(feature = "postgres")]
+    let handoff = super::handoff::section(
+        &super::handoff::read(env, settings, 25).await,
+        forms,
+        now_ms(),
+    );
+    #[cfg(not(feature = "postgres"))]
+    let handoff = {
+        let _ = settings;
+        String::new()
+    };
     let stats = queries::stats(env).await?.decode()?;
     let all = EventFilter::default();
     let processed = queries::events(env, Listing::Processed, &all, 25)
@@ -152,7 +169,7 @@ pub async fn overview(env: &Env, forms: &str, notice: Option<&str>) -> Result<Re
 <h2>Trend</h2>{}
 <h2>Recent events</h2><p><a href="/admin/events">Find events: by id, source, type, status and day →</a> · <a href="/admin/destinations">Destinations →</a></p>{}
 <h2>Failed events</h2>{}
-<h2>Dead side effects</h2>{}
+<h2>Dead side effects</h2>{}{handoff}
 <h2>Alerts</h2><p class="muted">Sent to <code>ALERT_URL</code> (logged only while it is unset): one per kind and source in each <code>ALERT_INTERVAL</code>.</p>{}"#,
         table(
             &[

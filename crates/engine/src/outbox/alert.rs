@@ -53,6 +53,16 @@ pub enum Alert<'a> {
         since: i64,
         why: &'a str,
     },
+    /// Postgres only: the relay gave up handing `event_id`'s row (`kind`,
+    /// `key`) off to D1 after `tries` refusals, and no longer claims it.
+    #[cfg(feature = "postgres")]
+    HandOffStuck {
+        source: &'a str,
+        event_id: &'a str,
+        kind: &'a str,
+        key: &'a str,
+        tries: i64,
+    },
 }
 
 /// Writes the alert's row only where the event is neither applied nor
@@ -101,6 +111,15 @@ const INSERT_IF_DESTINATION: &str = "INSERT INTO outbox \
      SELECT ?1, ?2, ?3, 'notify_operator', ?4, ?5, ?5, ?5 \
      WHERE EXISTS (SELECT 1 FROM destinations WHERE name = ?2 AND state = ?6 \
        AND state_since = ?7) \
+     ON CONFLICT (idempotency_key) DO NOTHING";
+
+/// Writes the alert's row: what it reports (a row the relay gave up on)
+/// lives in Postgres, beyond this D1 batch's reach. The relay writes it
+/// before its transaction counts the last try, so that it goes at least once.
+#[cfg(feature = "postgres")]
+const INSERT_ALWAYS: &str = "INSERT INTO outbox \
+     (idempotency_key, source, event_id, action, payload, next_attempt_at, created_at, updated_at) \
+     VALUES (?1, ?2, ?3, 'notify_operator', ?4, ?5, ?5, ?5) \
      ON CONFLICT (idempotency_key) DO NOTHING";
 
 /// Errors quoted in an alert are cut here: a chat line, not a report.
@@ -220,6 +239,26 @@ impl Alert<'_> {
                 },
                 vec![state.into(), since.into()],
             ),
+            #[cfg(feature = "postgres")]
+            Alert::HandOffStuck {
+                source,
+                event_id,
+                kind,
+                key,
+                tries,
+            } => (
+                "handoff_stuck",
+                source,
+                event_id,
+                INSERT_ALWAYS,
+                format!(
+                    "{source}: D1 refused the {kind} row {key} of event {event_id} {tries} times; \
+                     the relay no longer hands it off. The `handoff_refused` log lines say why. \
+                     Once D1 takes it, retry the stuck rows from {ACT_IN}. Further stuck rows \
+                     of {source} within {every} are listed there, not alerted."
+                ),
+                Vec::new(),
+            ),
         };
         let key = idempotency_key(
             "alert",
@@ -324,6 +363,32 @@ pub(super) mod tests {
         assert!(
             payload
                 .contains("60 or more deliveries refused in the minute from 2023-11-14 22:13 UTC"),
+            "{payload}"
+        );
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn a_stuck_hand_off_row_is_alerted_once_per_source_and_bucket_whatever_the_row() {
+        let stuck = |key| Alert::HandOffStuck {
+            source: "stripe",
+            event_id: "evt_1",
+            kind: "outbox",
+            key,
+            tries: 10,
+        };
+        let at = 1_700_000_100_000;
+        let (statement, first) = stuck("k1").row(&SETTINGS, at);
+        assert_eq!(first, stuck("k2").row(&SETTINGS, at + 60_000).1);
+        assert!(
+            statement.sql.contains("VALUES (?1"),
+            "what it reports is in Postgres"
+        );
+        let Value::Text(payload) = &statement.params[3] else {
+            panic!("payload is text");
+        };
+        assert!(
+            payload.contains("D1 refused the outbox row k1 of event evt_1 10 times"),
             "{payload}"
         );
     }

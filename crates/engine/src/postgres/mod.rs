@@ -20,6 +20,7 @@ mod relay;
 mod scram;
 mod sql;
 mod startup;
+mod stuck;
 
 use std::pin::pin;
 use std::time::Duration;
@@ -40,6 +41,8 @@ pub(crate) use apply::{apply, dismiss, dismissed, handled};
 pub(crate) use relay::run as relay;
 #[cfg(feature = "testing")]
 pub(crate) use sql::{params, typed_for, unsendable};
+#[cfg(any(feature = "admin", feature = "dashboard"))]
+pub(crate) use stuck::{backlog, retry as retry_stuck, Backlog};
 #[cfg(feature = "testing")]
 pub(crate) use {apply::LEDGER_INSERT, placeholders::numbered, sql::text};
 #[cfg(feature = "testing")]

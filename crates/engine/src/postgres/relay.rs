@@ -18,19 +18,22 @@ use worker::Delay;
 
 use super::handoff::read_all;
 use super::pipeline::Pipeline;
+use super::stuck::STUCK_TRIES;
 use super::{begin, with_client, PgError};
 use crate::clock::now_ms;
 use crate::config::Store;
-use crate::d1::Db;
+use crate::d1::{Db, Statement};
 use crate::handoff_rows::{d1_batch, Row};
 use crate::log::{self, Line};
+use crate::outbox::notify_operator::{self, Alert};
 use crate::settings::Settings;
 
 /// The relay's claim: rows past the grace period, the fewest failed tries
 /// first, then the oldest, skipping any another run (or an event's attempt)
-/// holds. A row D1 keeps refusing sinks behind the others.
-const CLAIM_DUE: &str = "SELECT kind, key, params FROM webhook_outbox \
-     WHERE handed_off_at IS NULL AND created_at <= $1 \
+/// holds, and those it gave up on (see `stuck`). A row D1 keeps refusing
+/// sinks behind the others. (Index `webhook_outbox_due`.)
+const CLAIM_DUE: &str = "SELECT kind, key, params, source, event_id, tries FROM webhook_outbox \
+     WHERE handed_off_at IS NULL AND created_at <= $1 AND tries < $3 \
      ORDER BY tries, created_at LIMIT $2 FOR UPDATE SKIP LOCKED";
 
 /// How many rows one relay transaction claims: one D1 call, when D1 takes
@@ -46,8 +49,8 @@ const RELAY_BUDGET_MS: i64 = 20_000;
 /// which the outbox and forwarding relays after this one share.
 const CALLS: usize = 30;
 
-/// Rows the relay could not hand off (D1 refused them, or they are
-/// unreadable): each counts a try.
+/// Rows the relay could not hand off (D1, answering, refused them; or they
+/// are unreadable): each counts a try.
 const TRIED: &str = "UPDATE webhook_outbox SET tries = tries + 1 \
      WHERE (kind, key) IN (SELECT * FROM unnest($1::text[], $2::text[]))";
 
@@ -63,7 +66,7 @@ pub(crate) async fn run(env: &Env, settings: &Settings) {
     let (Ok(Store::Postgres), Ok(outbox)) = (store, settings.outbox()) else {
         return;
     };
-    match relay(env, outbox.relay_grace_ms).await {
+    match relay(env, settings, outbox.relay_grace_ms).await {
         Ok(0) => {}
         Ok(sent) => log::info(&Line::new("handoff_relay").sent(sent)),
         // Logged once per isolate, as `store_behind`, naming the migration.
@@ -77,11 +80,11 @@ pub(crate) async fn run(env: &Env, settings: &Settings) {
 /// short),
 /// [`CLAIMED`] at a time, until none is left or [`RELAY_BUDGET_MS`] is
 /// spent. Returns how many it handed off.
-async fn relay(env: &Env, grace_ms: i64) -> Result<usize, PgError> {
+async fn relay(env: &Env, settings: &Settings, grace_ms: i64) -> Result<usize, PgError> {
     let until = now_ms() + RELAY_BUDGET_MS;
     let (mut sent, mut calls) = (0, CALLS);
     while calls > 0 {
-        let batch = relay_batch(env, now_ms() - grace_ms, &mut calls).await?;
+        let batch = relay_batch(env, settings, now_ms() - grace_ms, &mut calls).await?;
         sent += batch.copied;
         // A batch short of full, or one D1 did not take whole (D1 in
         // trouble, or a row it refuses): the rest waits for the next run.
@@ -139,14 +142,25 @@ async fn copy(db: &Db, rows: Vec<Row>, until: i64, calls: &mut usize) -> (Vec<Ro
 /// One batch, in one transaction that holds its rows with `FOR UPDATE SKIP
 /// LOCKED`: claimed, copied to D1 (see [`copy`]), marked. A row D1 refuses
 /// alone (or one unreadable) counts a try, so that it cannot hold the
-/// others back. Returns how many rows it claimed, and how many it handed
-/// off.
-async fn relay_batch(env: &Env, due: i64, calls: &mut usize) -> Result<Batch, PgError> {
+/// others back; not while D1 does not answer at all, which is no row's
+/// fault. A row whose tries reach [`STUCK_TRIES`] is alerted, before the
+/// commit that counts it. Returns how many rows it claimed, and how many
+/// it handed off.
+async fn relay_batch(
+    env: &Env,
+    settings: &Settings,
+    due: i64,
+    calls: &mut usize,
+) -> Result<Batch, PgError> {
     // Well within the unit's deadline, so that what it learns (which rows
     // D1 takes, which it refuses) is kept.
     let until = now_ms() + 3_000;
     with_client(env, async |client: &Client| {
-        let claim: [(&(dyn ToSql + Sync), Type); 2] = [(&due, Type::INT8), (&CLAIMED, Type::INT8)];
+        let claim: [(&(dyn ToSql + Sync), Type); 3] = [
+            (&due, Type::INT8),
+            (&CLAIMED, Type::INT8),
+            (&STUCK_TRIES, Type::INT4),
+        ];
         let mut pipeline = Pipeline::new(client);
         let begun = begin(&mut pipeline);
         let claimed = pipeline.query(CLAIM_DUE, &claim);
@@ -154,21 +168,37 @@ async fn relay_batch(env: &Env, due: i64, calls: &mut usize) -> Result<Batch, Pg
         begun.check(&mut answers)?;
         let claimed = answers.take(claimed)?;
         let count = claimed.len();
-        let (rows, mut refused) = read_all(claimed);
+        let about: Vec<Claimed> = claimed.iter().filter_map(Claimed::of).collect();
+        let (rows, unreadable) = read_all(claimed);
         let db = Db::from_env(env)?;
         let read = rows.len();
-        let (copied, not_taken) = copy(&db, rows, until, calls).await;
+        let (copied, refused) = copy(&db, rows, until, calls).await;
         let whole = copied.len() == read;
-        refused.extend(
-            not_taken
-                .iter()
-                .map(|row| (row.kind.name().to_string(), row.key.clone())),
-        );
+        let mut tried = unreadable;
+        if !refused.is_empty() && (!copied.is_empty() || d1_answers(&db).await) {
+            tried.extend(
+                refused
+                    .iter()
+                    .map(|row| (row.kind.name().to_string(), row.key.clone())),
+            );
+        }
+        let stuck: Vec<&Claimed> = about
+            .iter()
+            .filter(|c| c.tries + 1 >= STUCK_TRIES)
+            .filter(|c| {
+                tried
+                    .iter()
+                    .any(|(kind, key)| *kind == c.kind && *key == c.key)
+            })
+            .collect();
+        if !stuck.is_empty() {
+            alert_stuck(&db, settings, &stuck).await;
+        }
         let (kinds, keys): (Vec<&str>, Vec<&str>) = copied
             .iter()
             .map(|row| (row.kind.name(), row.key.as_str()))
             .unzip();
-        let (tried_kinds, tried_keys): (Vec<&str>, Vec<&str>) = refused
+        let (tried_kinds, tried_keys): (Vec<&str>, Vec<&str>) = tried
             .iter()
             .map(|(kind, key)| (kind.as_str(), key.as_str()))
             .unzip();
@@ -197,4 +227,59 @@ async fn relay_batch(env: &Env, due: i64, calls: &mut usize) -> Result<Batch, Pg
         })
     })
     .await
+}
+
+/// What the relay's claim says of a row besides its contents.
+struct Claimed {
+    kind: String,
+    key: String,
+    source: String,
+    event_id: String,
+    tries: i32,
+}
+
+impl Claimed {
+    /// Read as [`CLAIM_DUE`] selects it (`None` for a row that cannot be,
+    /// which `read_all` reports).
+    fn of(row: &tokio_postgres::Row) -> Option<Claimed> {
+        Some(Claimed {
+            kind: row.try_get(0).ok()?,
+            key: row.try_get(1).ok()?,
+            source: row.try_get(3).ok()?,
+            event_id: row.try_get(4).ok()?,
+            tries: row.try_get(5).ok()?,
+        })
+    }
+}
+
+/// Whether D1 answers a query at all: a row it refused while it answers
+/// nothing (down, or in trouble) was not refused for what it holds.
+async fn d1_answers(db: &Db) -> bool {
+    db.batch(&[Statement::new("SELECT 1", Vec::new())])
+        .await
+        .is_ok()
+}
+
+/// Logs each row the relay gives up on (`handoff_stuck`), and alerts the
+/// operators, once per source in each alert interval.
+async fn alert_stuck(db: &Db, settings: &Settings, stuck: &[&Claimed]) {
+    let alerts = notify_operator::settings(settings);
+    let now = now_ms();
+    let mut statements = Vec::new();
+    for row in stuck {
+        let (kind, key, source, id) = (&row.kind, &row.key, &row.source, &row.event_id);
+        let detail = format!("{kind} {key} of {source}:{id}, after {STUCK_TRIES} tries");
+        log::error(&Line::new("handoff_stuck").detail(detail));
+        let alert = Alert::HandOffStuck {
+            source: &row.source,
+            event_id: &row.event_id,
+            kind: &row.kind,
+            key: &row.key,
+            tries: STUCK_TRIES.into(),
+        };
+        statements.push(alert.row(&alerts, now).0);
+    }
+    if let Err(e) = db.batch(&statements).await {
+        log::error(&Line::new("alert_failed").error(e));
+    }
 }

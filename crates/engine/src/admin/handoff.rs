@@ -1,0 +1,110 @@
+//! The hand-off to D1, where effects commit in Postgres: how many rows
+//! wait, since when, and the rows the relay gave up on, for the API and
+//! the overview; and the operator's retry of those. Read from Postgres,
+//! which holds them (D1 lacks them by definition).
+
+use worker::Env;
+
+use crate::config::Store;
+use crate::log::{self, Line};
+use crate::postgres::{self, Backlog};
+use crate::settings::Settings;
+
+/// What there is to say of the hand-off.
+pub enum HandOff {
+    /// Effects commit in D1: nothing is handed off.
+    None,
+    Backlog(Backlog),
+    /// Postgres did not answer: its words.
+    Unavailable(String),
+}
+
+/// Whether effects commit in Postgres.
+fn on_postgres(settings: &Settings) -> bool {
+    matches!(
+        settings.inbox().map(|inbox| inbox.store),
+        Ok(Store::Postgres)
+    )
+}
+
+/// The backlog, listing at most `limit` stuck rows.
+pub async fn read(env: &Env, settings: &Settings, limit: i64) -> HandOff {
+    if !on_postgres(settings) {
+        return HandOff::None;
+    }
+    match postgres::backlog(env, limit).await {
+        Ok(backlog) => HandOff::Backlog(backlog),
+        Err(e) => {
+            log::error(&Line::new("handoff_backlog_failed").error(e.message()));
+            HandOff::Unavailable(e.message())
+        }
+    }
+}
+
+/// Makes the stuck rows due again: how many, `None` where nothing is handed
+/// off, or Postgres's words.
+pub async fn retry(env: &Env, settings: &Settings) -> Result<Option<i64>, String> {
+    if !on_postgres(settings) {
+        return Ok(None);
+    }
+    match postgres::retry_stuck(env).await {
+        Ok(count) => Ok(Some(count)),
+        Err(e) => {
+            log::error(&Line::new("handoff_retry_failed").error(e.message()));
+            Err(e.message())
+        }
+    }
+}
+
+/// The overview's section: nothing where nothing is handed off.
+#[cfg(feature = "dashboard")]
+pub fn section(handoff: &HandOff, forms: &str, now: i64) -> String {
+    use super::html::{action_button, code, escape, event_path, num, table, td, time};
+    let backlog = match handoff {
+        HandOff::None => return String::new(),
+        HandOff::Unavailable(why) => {
+            return format!(
+                r#"<h2>Hand-off to D1</h2><p class="bad">Postgres did not answer: {}</p>"#,
+                escape(why)
+            )
+        }
+        HandOff::Backlog(backlog) => backlog,
+    };
+    let oldest = backlog.oldest_created_at.map_or(String::new(), |at| {
+        format!(
+            ", the oldest written {} ({} s ago)",
+            time(Some(at)),
+            (now - at).max(0) / 1000
+        )
+    });
+    let rows: Vec<Vec<String>> = backlog
+        .stuck_rows
+        .iter()
+        .map(|r| {
+            vec![
+                td(time(Some(r.created_at))),
+                td(format!(
+                    r#"<a href="{}"><code>{}</code></a>"#,
+                    escape(&event_path(&r.source, &r.event_id)),
+                    escape(&r.event_id)
+                )),
+                td(escape(&r.kind)),
+                code(&r.key),
+                num(r.tries.into()),
+            ]
+        })
+        .collect();
+    let stuck = match backlog.stuck {
+        0 => String::new(),
+        n => format!(
+            r#"<p class="bad">{n} row(s) stuck: D1 refused each {} times, and the relay no longer tries them. The <code>handoff_refused</code> log lines say why.</p>{}{}"#,
+            backlog.stuck_after_tries,
+            table(&["written", "event", "kind", "key", "tries"], &rows),
+            action_button("/admin/handoff/retry", "Retry stuck rows", forms)
+        ),
+    };
+    format!(
+        r#"<h2>Hand-off to D1</h2><p class="muted">Effects commit in Postgres; D1 gets their ledger, side-effect and delivery rows after. {} row(s) waiting{oldest}.</p>{stuck}"#,
+        backlog.waiting
+    )
+}
