@@ -158,7 +158,7 @@ mod tests {
         ),
         (
             "migrations-postgres/0003_engine_handoff_due.sql",
-            "7fcc9e5dd3bce685bbe3459df66f78b31e9d87264e2040830c21a746d7a0ca2e",
+            "95b9d47979aa4fc4fafc19926af6bcf3d29daa5335a0ed03923d4cb3a427976c",
         ),
     ];
 

@@ -24,7 +24,7 @@ use serde::Serialize;
 use worker::{Env, Method, Request, Response, Result};
 
 #[cfg(feature = "postgres")]
-use super::handoff::HandOff;
+use super::handoff::{self, HandOff};
 use super::queries::{self, EventFilter, Listing};
 use super::{admin_token, bearer, decode, guard, token_matches, Closed, Denied, Query};
 use crate::d1::Json;
@@ -118,14 +118,14 @@ pub async fn handle(req: Request, env: &Env, settings: &Settings, path: &str) ->
         }
         #[cfg(feature = "postgres")]
         (Method::Get, ["handoff"]) => {
-            match super::handoff::read(env, settings, query.limit().into()).await {
+            match handoff::read(env, settings, query.limit().into()).await {
                 HandOff::None => Response::error(NO_HANDOFF, 404),
-                HandOff::Unavailable(why) => Response::error(why, 503),
+                HandOff::Unavailable(e) => Response::error(e.message(), handoff::status(&e)),
                 HandOff::Backlog(backlog) => Response::from_json(&backlog),
             }
         }
         #[cfg(feature = "postgres")]
-        (Method::Post, ["handoff", "retry"]) => match super::handoff::retry(env, settings).await {
+        (Method::Post, ["handoff", "retry"]) => match handoff::retry(env, settings).await {
             Ok(None) => Response::error(NO_HANDOFF, 404),
             Ok(Some(retried)) => {
                 #[derive(Serialize)]
@@ -134,7 +134,7 @@ pub async fn handle(req: Request, env: &Env, settings: &Settings, path: &str) ->
                 }
                 Response::from_json(&Retried { retried })
             }
-            Err(why) => Response::error(why, 503),
+            Err(e) => Response::error(e.message(), handoff::status(&e)),
         },
         _ => Response::error("not found", 404),
     }

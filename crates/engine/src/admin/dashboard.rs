@@ -6,8 +6,8 @@
 //! time under it (not the token), `HttpOnly` and `SameSite=Strict`.
 //!
 //! Actions — Replay and Dismiss an event, Requeue a dead side effect,
-//! Redeliver a forwarded event, and a destination's Requeue dead, Pause,
-//! Resume and Re-enable — are
+//! Redeliver a forwarded event, a destination's Requeue dead, Pause,
+//! Resume and Re-enable, and (Postgres) Retry stuck hand-off rows — are
 //! form posts that carry the session's form token (an HMAC of the session
 //! under the admin token, checked in constant time) and must come from this
 //! origin. Each answers with a redirect to a page saying what happened, and

@@ -7,7 +7,7 @@ use worker::Env;
 
 use crate::config::Store;
 use crate::log::{self, Line};
-use crate::postgres::{self, Backlog};
+use crate::postgres::{self, Backlog, PgError};
 use crate::settings::Settings;
 
 /// What there is to say of the hand-off.
@@ -15,8 +15,8 @@ pub enum HandOff {
     /// Effects commit in D1: nothing is handed off.
     None,
     Backlog(Backlog),
-    /// Postgres did not answer: its words.
-    Unavailable(String),
+    /// Postgres did not answer, or lacks a migration.
+    Unavailable(PgError),
 }
 
 /// Whether effects commit in Postgres.
@@ -36,14 +36,24 @@ pub async fn read(env: &Env, settings: &Settings, limit: i64) -> HandOff {
         Ok(backlog) => HandOff::Backlog(backlog),
         Err(e) => {
             log::error(&Line::new("handoff_backlog_failed").error(e.message()));
-            HandOff::Unavailable(e.message())
+            HandOff::Unavailable(e)
         }
     }
 }
 
+/// The API's status for `error`: 500 for a migration missing (as an
+/// event's reply says), else 503.
+#[cfg(feature = "admin")]
+pub fn status(error: &PgError) -> u16 {
+    match error {
+        PgError::Behind(_) => 500,
+        _ => 503,
+    }
+}
+
 /// Makes the stuck rows due again: how many, `None` where nothing is handed
-/// off, or Postgres's words.
-pub async fn retry(env: &Env, settings: &Settings) -> Result<Option<i64>, String> {
+/// off, or why not.
+pub async fn retry(env: &Env, settings: &Settings) -> Result<Option<i64>, PgError> {
     if !on_postgres(settings) {
         return Ok(None);
     }
@@ -51,7 +61,7 @@ pub async fn retry(env: &Env, settings: &Settings) -> Result<Option<i64>, String
         Ok(count) => Ok(Some(count)),
         Err(e) => {
             log::error(&Line::new("handoff_retry_failed").error(e.message()));
-            Err(e.message())
+            Err(e)
         }
     }
 }
@@ -62,14 +72,15 @@ pub fn section(handoff: &HandOff, forms: &str, now: i64) -> String {
     use super::html::{action_button, code, escape, event_path, num, table, td, time};
     let backlog = match handoff {
         HandOff::None => return String::new(),
-        HandOff::Unavailable(why) => {
+        HandOff::Unavailable(e) => {
             return format!(
-                r#"<h2>Hand-off to D1</h2><p class="bad">Postgres did not answer: {}</p>"#,
-                escape(why)
+                r#"<h2>Hand-off to D1</h2><p class="bad">Not read: {}</p>"#,
+                escape(&e.message())
             )
         }
         HandOff::Backlog(backlog) => backlog,
     };
+    let more = if backlog.waiting_more { "+" } else { "" };
     let oldest = backlog.oldest_created_at.map_or(String::new(), |at| {
         format!(
             ", the oldest written {} ({} s ago)",
@@ -97,14 +108,18 @@ pub fn section(handoff: &HandOff, forms: &str, now: i64) -> String {
     let stuck = match backlog.stuck {
         0 => String::new(),
         n => format!(
-            r#"<p class="bad">{n} row(s) stuck: D1 refused each {} times, and the relay no longer tries them. The <code>handoff_refused</code> log lines say why.</p>{}{}"#,
+            r#"<p class="bad">{n} row(s) stuck{}: the relay failed {} times to hand each off, and no longer tries. The <code>handoff_refused</code> (D1 refused it) and <code>handoff_unreadable</code> log lines say why.</p>{}{}"#,
+            match backlog.stuck_rows.len() {
+                shown if (shown as i64) < n => format!(", the oldest {shown} below"),
+                _ => String::new(),
+            },
             backlog.stuck_after_tries,
             table(&["written", "event", "kind", "key", "tries"], &rows),
             action_button("/admin/handoff/retry", "Retry stuck rows", forms)
         ),
     };
     format!(
-        r#"<h2>Hand-off to D1</h2><p class="muted">Effects commit in Postgres; D1 gets their ledger, side-effect and delivery rows after. {} row(s) waiting{oldest}.</p>{stuck}"#,
+        r#"<h2>Hand-off to D1</h2><p class="muted">Effects commit in Postgres; D1 gets their ledger, side-effect and delivery rows after. {}{more} row(s) waiting{oldest}.</p>{stuck}"#,
         backlog.waiting
     )
 }

@@ -54,7 +54,7 @@ pub enum Alert<'a> {
         why: &'a str,
     },
     /// Postgres only: the relay gave up handing `event_id`'s row (`kind`,
-    /// `key`) off to D1 after `tries` refusals, and no longer claims it.
+    /// `key`) off to D1 after `tries` failures, and no longer claims it.
     #[cfg(feature = "postgres")]
     HandOffStuck {
         source: &'a str,
@@ -252,10 +252,11 @@ impl Alert<'_> {
                 event_id,
                 INSERT_ALWAYS,
                 format!(
-                    "{source}: D1 refused the {kind} row {key} of event {event_id} {tries} times; \
-                     the relay no longer hands it off. The `handoff_refused` log lines say why. \
-                     Once D1 takes it, retry the stuck rows from {ACT_IN}. Further stuck rows \
-                     of {source} within {every} are listed there, not alerted."
+                    "{source}: the {kind} row {key} of event {event_id} could not be handed off \
+                     to D1 in {tries} tries; the relay no longer tries it. The `handoff_refused` \
+                     (D1 refused it) or `handoff_unreadable` log lines say why. Once mended, \
+                     retry the stuck rows from {ACT_IN}. Further stuck rows of {source} within \
+                     {every} are listed there, not alerted."
                 ),
                 Vec::new(),
             ),
@@ -388,7 +389,9 @@ pub(super) mod tests {
             panic!("payload is text");
         };
         assert!(
-            payload.contains("D1 refused the outbox row k1 of event evt_1 10 times"),
+            payload.contains(
+                "the outbox row k1 of event evt_1 could not be handed off to D1 in 10 tries"
+            ),
             "{payload}"
         );
     }

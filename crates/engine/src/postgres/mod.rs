@@ -13,6 +13,8 @@
 //! to answer, never a hang.
 
 mod apply;
+#[cfg(any(feature = "admin", feature = "dashboard"))]
+mod backlog;
 mod handoff;
 mod pipeline;
 mod placeholders;
@@ -20,7 +22,7 @@ mod relay;
 mod scram;
 mod sql;
 mod startup;
-mod stuck;
+mod tries;
 
 use std::pin::pin;
 use std::time::Duration;
@@ -38,11 +40,11 @@ use pipeline::{Answers, Pipeline, Sent};
 use startup::Started;
 
 pub(crate) use apply::{apply, dismiss, dismissed, handled};
+#[cfg(any(feature = "admin", feature = "dashboard"))]
+pub(crate) use backlog::{backlog, retry as retry_stuck, Backlog};
 pub(crate) use relay::run as relay;
 #[cfg(feature = "testing")]
 pub(crate) use sql::{params, typed_for, unsendable};
-#[cfg(any(feature = "admin", feature = "dashboard"))]
-pub(crate) use stuck::{backlog, retry as retry_stuck, Backlog};
 #[cfg(feature = "testing")]
 pub(crate) use {apply::LEDGER_INSERT, placeholders::numbered, sql::text};
 #[cfg(feature = "testing")]

@@ -18,19 +18,18 @@ use worker::Delay;
 
 use super::handoff::read_all;
 use super::pipeline::Pipeline;
-use super::stuck::STUCK_TRIES;
+use super::tries::{counted, Claimed, STUCK_TRIES};
 use super::{begin, with_client, PgError};
 use crate::clock::now_ms;
 use crate::config::Store;
-use crate::d1::{Db, Statement};
+use crate::d1::Db;
 use crate::handoff_rows::{d1_batch, Row};
 use crate::log::{self, Line};
-use crate::outbox::notify_operator::{self, Alert};
 use crate::settings::Settings;
 
 /// The relay's claim: rows past the grace period, the fewest failed tries
 /// first, then the oldest, skipping any another run (or an event's attempt)
-/// holds, and those it gave up on (see `stuck`). A row D1 keeps refusing
+/// holds, and those it gave up on (see `tries`). A row D1 keeps refusing
 /// sinks behind the others. (Index `webhook_outbox_due`.)
 const CLAIM_DUE: &str = "SELECT kind, key, params, source, event_id, tries FROM webhook_outbox \
      WHERE handed_off_at IS NULL AND created_at <= $1 AND tries < $3 \
@@ -141,11 +140,9 @@ async fn copy(db: &Db, rows: Vec<Row>, until: i64, calls: &mut usize) -> (Vec<Ro
 
 /// One batch, in one transaction that holds its rows with `FOR UPDATE SKIP
 /// LOCKED`: claimed, copied to D1 (see [`copy`]), marked. A row D1 refuses
-/// alone (or one unreadable) counts a try, so that it cannot hold the
-/// others back; not while D1 does not answer at all, which is no row's
-/// fault. A row whose tries reach [`STUCK_TRIES`] is alerted, before the
-/// commit that counts it. Returns how many rows it claimed, and how many
-/// it handed off.
+/// alone (or one unreadable) counts a try (see `tries`), so that it cannot
+/// hold the others back. Returns how many rows it claimed, and how many it
+/// handed off.
 async fn relay_batch(
     env: &Env,
     settings: &Settings,
@@ -174,26 +171,7 @@ async fn relay_batch(
         let read = rows.len();
         let (copied, refused) = copy(&db, rows, until, calls).await;
         let whole = copied.len() == read;
-        let mut tried = unreadable;
-        if !refused.is_empty() && (!copied.is_empty() || d1_answers(&db).await) {
-            tried.extend(
-                refused
-                    .iter()
-                    .map(|row| (row.kind.name().to_string(), row.key.clone())),
-            );
-        }
-        let stuck: Vec<&Claimed> = about
-            .iter()
-            .filter(|c| c.tries + 1 >= STUCK_TRIES)
-            .filter(|c| {
-                tried
-                    .iter()
-                    .any(|(kind, key)| *kind == c.kind && *key == c.key)
-            })
-            .collect();
-        if !stuck.is_empty() {
-            alert_stuck(&db, settings, &stuck).await;
-        }
+        let tried = counted(&db, settings, &about, unreadable, &refused, until, calls).await;
         let (kinds, keys): (Vec<&str>, Vec<&str>) = copied
             .iter()
             .map(|row| (row.kind.name(), row.key.as_str()))
@@ -227,59 +205,4 @@ async fn relay_batch(
         })
     })
     .await
-}
-
-/// What the relay's claim says of a row besides its contents.
-struct Claimed {
-    kind: String,
-    key: String,
-    source: String,
-    event_id: String,
-    tries: i32,
-}
-
-impl Claimed {
-    /// Read as [`CLAIM_DUE`] selects it (`None` for a row that cannot be,
-    /// which `read_all` reports).
-    fn of(row: &tokio_postgres::Row) -> Option<Claimed> {
-        Some(Claimed {
-            kind: row.try_get(0).ok()?,
-            key: row.try_get(1).ok()?,
-            source: row.try_get(3).ok()?,
-            event_id: row.try_get(4).ok()?,
-            tries: row.try_get(5).ok()?,
-        })
-    }
-}
-
-/// Whether D1 answers a query at all: a row it refused while it answers
-/// nothing (down, or in trouble) was not refused for what it holds.
-async fn d1_answers(db: &Db) -> bool {
-    db.batch(&[Statement::new("SELECT 1", Vec::new())])
-        .await
-        .is_ok()
-}
-
-/// Logs each row the relay gives up on (`handoff_stuck`), and alerts the
-/// operators, once per source in each alert interval.
-async fn alert_stuck(db: &Db, settings: &Settings, stuck: &[&Claimed]) {
-    let alerts = notify_operator::settings(settings);
-    let now = now_ms();
-    let mut statements = Vec::new();
-    for row in stuck {
-        let (kind, key, source, id) = (&row.kind, &row.key, &row.source, &row.event_id);
-        let detail = format!("{kind} {key} of {source}:{id}, after {STUCK_TRIES} tries");
-        log::error(&Line::new("handoff_stuck").detail(detail));
-        let alert = Alert::HandOffStuck {
-            source: &row.source,
-            event_id: &row.event_id,
-            kind: &row.kind,
-            key: &row.key,
-            tries: STUCK_TRIES.into(),
-        };
-        statements.push(alert.row(&alerts, now).0);
-    }
-    if let Err(e) = db.batch(&statements).await {
-        log::error(&Line::new("alert_failed").error(e));
-    }
 }

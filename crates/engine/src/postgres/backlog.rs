@@ -1,6 +1,6 @@
 //! What is left to hand off to D1, for the operators: how many rows wait,
 //! since when, and those the relay gave up on after [`STUCK_TRIES`]
-//! refusals, which an operator makes due again once D1 takes them.
+//! failures, which an operator makes due again once D1 takes them.
 
 use serde::Serialize;
 use tokio_postgres::types::{ToSql, Type};
@@ -8,18 +8,20 @@ use tokio_postgres::Client;
 use worker::Env;
 
 use super::pipeline::Pipeline;
+use super::tries::STUCK_TRIES;
 use super::{begin, with_client, PgError};
 
-/// After so many refusals the relay no longer claims a row, and alerts it:
-/// about ten minutes of cron runs at least, past a passing refusal, and a
-/// cap on the D1 calls a row that never goes costs every run.
-pub(crate) const STUCK_TRIES: i32 = 10;
+/// Rows waiting are counted up to this many: a count of them all would
+/// read the whole backlog at each look.
+const COUNTED_MAX: i64 = 100_000;
 
 /// How much is left to hand off, and the stuck rows, oldest first.
 #[derive(Debug, Serialize)]
 pub(crate) struct Backlog {
-    /// Rows not yet handed off, stuck ones included.
+    /// Rows not yet handed off, stuck ones included, up to [`COUNTED_MAX`].
     pub waiting: i64,
+    /// Whether more wait than that.
+    pub waiting_more: bool,
     /// When the oldest of them was written (ms).
     pub oldest_created_at: Option<i64>,
     pub stuck: i64,
@@ -39,9 +41,12 @@ pub(crate) struct StuckRow {
     pub created_at: i64,
 }
 
-/// Served by the index on `(created_at) WHERE handed_off_at IS NULL`.
-const COUNTS: &str = "SELECT count(*), min(created_at), count(*) FILTER (WHERE tries >= $1) \
-     FROM webhook_outbox WHERE handed_off_at IS NULL";
+/// Each served by an index of rows not yet handed off: the count up to
+/// `$2`, the oldest, and the stuck (`webhook_outbox_due`).
+const COUNTS: &str = "SELECT \
+     (SELECT count(*) FROM (SELECT 1 FROM webhook_outbox WHERE handed_off_at IS NULL LIMIT $2) w), \
+     (SELECT min(created_at) FROM webhook_outbox WHERE handed_off_at IS NULL), \
+     (SELECT count(*) FROM webhook_outbox WHERE handed_off_at IS NULL AND tries >= $1)";
 
 const LIST: &str = "SELECT kind, key, source, event_id, tries, created_at FROM webhook_outbox \
      WHERE handed_off_at IS NULL AND tries >= $1 ORDER BY created_at LIMIT $2";
@@ -51,11 +56,12 @@ const LIST: &str = "SELECT kind, key, source, event_id, tries, created_at FROM w
 const RETRY: &str = "WITH retried AS (UPDATE webhook_outbox SET tries = 0 \
      WHERE handed_off_at IS NULL AND tries >= $1 RETURNING 1) SELECT count(*) FROM retried";
 
-#[cfg(any(feature = "admin", feature = "dashboard"))]
 /// The backlog, with at most `limit` stuck rows listed.
 pub(crate) async fn backlog(env: &Env, limit: i64) -> Result<Backlog, PgError> {
     with_client(env, async |client: &Client| {
-        let counts: [(&(dyn ToSql + Sync), Type); 1] = [(&STUCK_TRIES, Type::INT4)];
+        let more = COUNTED_MAX + 1;
+        let counts: [(&(dyn ToSql + Sync), Type); 2] =
+            [(&STUCK_TRIES, Type::INT4), (&more, Type::INT8)];
         let list: [(&(dyn ToSql + Sync), Type); 2] =
             [(&STUCK_TRIES, Type::INT4), (&limit, Type::INT8)];
         let mut pipeline = Pipeline::new(client);
@@ -82,8 +88,10 @@ pub(crate) async fn backlog(env: &Env, limit: i64) -> Result<Backlog, PgError> {
                 })
             })
             .collect::<Result<_, tokio_postgres::Error>>()?;
+        let waiting: i64 = totals.try_get(0)?;
         Ok(Backlog {
-            waiting: totals.try_get(0)?,
+            waiting: waiting.min(COUNTED_MAX),
+            waiting_more: waiting > COUNTED_MAX,
             oldest_created_at: totals.try_get(1)?,
             stuck: totals.try_get(2)?,
             stuck_after_tries: STUCK_TRIES,
@@ -93,7 +101,6 @@ pub(crate) async fn backlog(env: &Env, limit: i64) -> Result<Backlog, PgError> {
     .await
 }
 
-#[cfg(any(feature = "admin", feature = "dashboard"))]
 /// Makes every stuck row due again; returns how many.
 pub(crate) async fn retry(env: &Env) -> Result<i64, PgError> {
     with_client(env, async |client: &Client| {
