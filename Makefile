@@ -21,7 +21,7 @@ STOP_TEST_CLUSTER := PG_CLUSTER=postgres-test $(if $(PG_DIR),PG_DIR=$(PG_DIR)-te
 # The build whose effects may commit in Postgres (docs/postgres.md).
 POSTGRES := stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,generic-hmac,admin,dashboard,postgres
 
-.PHONY: dev sink test test-copies setup setup-test setup-template build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench semver-check upgrade-drill store effect-bench copy-bench
+.PHONY: dev sink test test-copies setup setup-test setup-template build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench drain-bench semver-check upgrade-drill store effect-bench copy-bench
 
 ## Serve the worker on http://localhost:$(PORT) with local D1, Durable
 ## Objects and Queues (state in .wrangler/), secrets from .dev.vars, and the
@@ -222,6 +222,14 @@ bench: setup build
 store-bench: setup build-postgres
 	sh scripts/setup.sh --with-postgres
 	node bench/stores.mjs
+
+# needs: everything
+## How fast the cron relay drains a Postgres store's hand-off backlog
+## (BENCH_ROWS rows, default 60000): rows and seconds per run, and the
+## minutes an hour's D1 outage at 50 events/s takes (the template's BENCHMARKS.md).
+drain-bench: setup build-postgres
+	sh scripts/setup.sh --with-postgres
+	node bench/handoff-drain.mjs
 
 # needs: everything
 ## Billable operations per distinct event, duplicate, side effect, forwarded

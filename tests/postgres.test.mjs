@@ -392,7 +392,7 @@ describe("postgres: a hand-off row D1 keeps refusing", () => {
     const overview = await (await ops.mf.dispatchFetch("http://localhost/admin", { headers: { cookie } })).text();
     assert.match(overview, /<h2>Hand-off to D1<\/h2>/);
     assert.ok(overview.includes(key.replace("<i>", "&lt;i&gt;")), "the stuck row is shown");
-    assert.ok(!overview.includes("<i>"), "escaped");
+    assert.ok(!overview.includes(id), "escaped");
 
     // The operator mends what D1 refused, then retries from the dashboard.
     pg.query(`UPDATE webhook_outbox SET params = '${JSON.stringify([source, id, "invoice.created", 1, 2, null])}' WHERE key = '${key}'`);

@@ -158,7 +158,7 @@ mod tests {
         ),
         (
             "migrations-postgres/0003_engine_handoff_due.sql",
-            "95b9d47979aa4fc4fafc19926af6bcf3d29daa5335a0ed03923d4cb3a427976c",
+            "5496f92d91c2d96160098f00dedac23eee1a0a31efb794a928ad2932772427fb",
         ),
     ];
 

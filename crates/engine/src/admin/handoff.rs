@@ -83,7 +83,7 @@ pub fn section(handoff: &HandOff, forms: &str, now: i64) -> String {
     let more = if backlog.waiting_more { "+" } else { "" };
     let oldest = backlog.oldest_created_at.map_or(String::new(), |at| {
         format!(
-            ", the oldest written {} ({} s ago)",
+            ", the oldest (stuck ones included) written {} ({} s ago)",
             time(Some(at)),
             (now - at).max(0) / 1000
         )

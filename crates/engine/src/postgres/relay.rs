@@ -18,7 +18,7 @@ use worker::Delay;
 
 use super::handoff::read_all;
 use super::pipeline::Pipeline;
-use super::tries::{counted, Claimed, STUCK_TRIES};
+use super::tries::{counted, Claimed, KEPT_CALLS, KEPT_MS, STUCK_TRIES};
 use super::{begin, with_client, PgError};
 use crate::clock::now_ms;
 use crate::config::Store;
@@ -82,7 +82,7 @@ pub(crate) async fn run(env: &Env, settings: &Settings) {
 async fn relay(env: &Env, settings: &Settings, grace_ms: i64) -> Result<usize, PgError> {
     let until = now_ms() + RELAY_BUDGET_MS;
     let (mut sent, mut calls) = (0, CALLS);
-    while calls > 0 {
+    while calls > KEPT_CALLS {
         let batch = relay_batch(env, settings, now_ms() - grace_ms, &mut calls).await?;
         sent += batch.copied;
         // A batch short of full, or one D1 did not take whole (D1 in
@@ -169,7 +169,11 @@ async fn relay_batch(
         let (rows, unreadable) = read_all(claimed);
         let db = Db::from_env(env)?;
         let read = rows.len();
-        let (copied, refused) = copy(&db, rows, until, calls).await;
+        // The probe and the alert keep their calls and time: a batch that
+        // spent them all would count no try, and claim the same rows again.
+        let mut copy_calls = *calls - KEPT_CALLS;
+        let (copied, refused) = copy(&db, rows, until - KEPT_MS, &mut copy_calls).await;
+        *calls = copy_calls + KEPT_CALLS;
         let whole = copied.len() == read;
         let tried = counted(&db, settings, &about, unreadable, &refused, until, calls).await;
         let (kinds, keys): (Vec<&str>, Vec<&str>) = copied

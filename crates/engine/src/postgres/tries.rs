@@ -20,6 +20,11 @@ use crate::settings::Settings;
 /// calls that a row which never goes costs.
 pub(crate) const STUCK_TRIES: i32 = 10;
 
+/// The D1 calls, and the time (ms), a batch keeps for [`counted`]: its
+/// probe and its alert.
+pub(super) const KEPT_CALLS: usize = 2;
+pub(super) const KEPT_MS: i64 = 500;
+
 /// What the relay's claim says of a row besides its contents.
 pub(super) struct Claimed {
     kind: String,
@@ -79,7 +84,14 @@ pub(super) async fn counted(
     if last.is_empty() || ran(db, &alerts(settings, &last), until, calls).await {
         return tried;
     }
-    log::error(&Line::new("alert_failed").detail("handoff_stuck: its last try is not counted"));
+    // Its row stays at its last try, tried each run, until the alert goes.
+    for row in &last {
+        let detail = format!(
+            "handoff_stuck {} {}: its last try is not counted",
+            row.kind, row.key
+        );
+        log::error(&Line::new("alert_failed").detail(detail));
+    }
     tried.retain(|(kind, key)| !last.iter().any(|c| c.kind == *kind && c.key == *key));
     tried
 }
