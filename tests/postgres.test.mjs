@@ -347,36 +347,35 @@ describe("postgres: a hand-off row D1 keeps refusing", () => {
   after(() => ops?.dispose());
   const api = (path, init = {}) => ops.mf.dispatchFetch(`http://localhost/admin/api/${path}`, { ...init, headers: { authorization: `Bearer ${TOKEN}` } });
   const relay = async () => (await ops.mf.getWorker("webhooks")).scheduled({ cron: "* * * * *" });
-  const signedIn = async () => {
-    const login = await ops.mf.dispatchFetch("http://localhost/admin/login", {
-      method: "POST",
-      headers: { "content-type": "application/x-www-form-urlencoded", "sec-fetch-site": "same-origin" },
-      body: `token=${TOKEN}`,
-      redirect: "manual",
-    });
-    await login.arrayBuffer();
-    return login.headers.get("set-cookie").split(";")[0];
-  };
-
-  test("at its tenth try it is alerted and no longer claimed; listed on the API and the dashboard; retried once D1 takes it", async () => {
-    // A source of its own, so that its alert (one per source and interval)
-    // is this test's; markup in the id, which every page must escape.
+  // A source of its own, so that its alert (one per source and interval)
+  // is this row's; markup in the id, which every page must escape. D1
+  // refuses the row (processed_events.type is NOT NULL) until mended.
+  const stuckRow = (tries) => {
     const source = uniqueId("stuck");
     const id = `${uniqueId("evt")}<i>`;
     const key = `${source}:${id}`;
-    // D1 refuses it: processed_events.type is NOT NULL. Nine tries spent.
     const refused = JSON.stringify([source, id, null, 1, 2, null]);
-    pg.query(`INSERT INTO webhook_outbox (kind, key, source, event_id, params, created_at, tries) VALUES ('ledger', '${key}', '${source}', '${id}', '${refused}', 0, 9)`);
-    const tries = () => pg.scalar(`SELECT tries FROM webhook_outbox WHERE key = '${key}'`);
+    pg.query(`INSERT INTO webhook_outbox (kind, key, source, event_id, params, created_at, tries) VALUES ('ledger', '${key}', '${source}', '${id}', '${refused}', 0, ${tries})`);
+    return {
+      source,
+      id,
+      key,
+      tries: () => pg.scalar(`SELECT tries FROM webhook_outbox WHERE key = '${key}'`),
+      mend: () => pg.query(`UPDATE webhook_outbox SET params = '${JSON.stringify([source, id, "invoice.created", 1, 2, null])}' WHERE key = '${key}'`),
+    };
+  };
+
+  test("at its tenth try it is alerted and no longer claimed, listed by the API, and retried once D1 takes it", async () => {
+    const row = stuckRow(9);
     await relay();
-    assert.equal(tries(), "10");
-    assert.ok(ops.logged("handoff_stuck").some((line) => line.detail.includes(key)), "logged");
+    assert.equal(row.tries(), "10");
+    assert.ok(ops.logged("handoff_stuck").some((line) => line.detail.includes(row.key)), "logged");
     const alerts = "SELECT count(*) FROM outbox WHERE action = 'notify_operator' AND event_id = ?";
-    assert.equal(await ops.scalar(alerts, id), 1, "alerted");
-    const refusals = () => ops.logged("handoff_refused").filter((line) => line.detail === key).length;
+    assert.equal(await ops.scalar(alerts, row.id), 1, "alerted");
+    const refusals = () => ops.logged("handoff_refused").filter((line) => line.detail === row.key).length;
     const before = refusals();
     await relay();
-    assert.equal(tries(), "10", "no longer claimed");
+    assert.equal(row.tries(), "10", "no longer claimed");
     assert.equal(refusals(), before, "not sent to D1 again");
 
     const listed = await api("handoff");
@@ -385,17 +384,36 @@ describe("postgres: a hand-off row D1 keeps refusing", () => {
     assert.ok(backlog.stuck >= 1 && backlog.waiting >= backlog.stuck, JSON.stringify(backlog));
     assert.equal(backlog.stuck_after_tries, 10);
     assert.deepEqual(
-      backlog.stuck_rows.filter((row) => row.key === key).map(({ kind, source, event_id, tries }) => ({ kind, source, event_id, tries })),
-      [{ kind: "ledger", source, event_id: id, tries: 10 }],
+      backlog.stuck_rows.filter((r) => r.key === row.key).map(({ kind, source, event_id, tries }) => ({ kind, source, event_id, tries })),
+      [{ kind: "ledger", source: row.source, event_id: row.id, tries: 10 }],
     );
-    const cookie = await signedIn();
+
+    // The operator mends what D1 refused, then retries.
+    row.mend();
+    assert.equal((await (await api("handoff/retry", { method: "POST" })).json()).retried, 1);
+    assert.equal(row.tries(), "0");
+    await relay();
+    assert.equal(await ops.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", row.id), 1);
+    assert.ok(Number(pg.scalar(`SELECT handed_off_at FROM webhook_outbox WHERE key = '${row.key}'`)) > 0);
+    assert.ok(!(await (await api("handoff")).json()).stuck_rows.some((r) => r.key === row.key));
+    assert.equal((await (await api("handoff/retry", { method: "POST" })).json()).retried, 0);
+  });
+
+  // needs: dashboard
+  test("the dashboard shows a stuck row, escaped, and its Retry makes it due again", async () => {
+    const row = stuckRow(10);
+    const login = await ops.mf.dispatchFetch("http://localhost/admin/login", {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded", "sec-fetch-site": "same-origin" },
+      body: `token=${TOKEN}`,
+      redirect: "manual",
+    });
+    await login.arrayBuffer();
+    const cookie = login.headers.get("set-cookie").split(";")[0];
     const overview = await (await ops.mf.dispatchFetch("http://localhost/admin", { headers: { cookie } })).text();
     assert.match(overview, /<h2>Hand-off to D1<\/h2>/);
-    assert.ok(overview.includes(key.replace("<i>", "&lt;i&gt;")), "the stuck row is shown");
-    assert.ok(!overview.includes(id), "escaped");
-
-    // The operator mends what D1 refused, then retries from the dashboard.
-    pg.query(`UPDATE webhook_outbox SET params = '${JSON.stringify([source, id, "invoice.created", 1, 2, null])}' WHERE key = '${key}'`);
+    assert.ok(overview.includes(row.key.replace("<i>", "&lt;i&gt;")), "the stuck row is shown");
+    assert.ok(!overview.includes(row.id), "escaped");
     const formToken = overview.match(/action="\/admin\/handoff\/retry"><input type="hidden" name="form_token" value="([0-9a-f]+)"/)[1];
     const retried = await ops.mf.dispatchFetch("http://localhost/admin/handoff/retry", {
       method: "POST",
@@ -405,12 +423,7 @@ describe("postgres: a hand-off row D1 keeps refusing", () => {
     });
     await retried.arrayBuffer();
     assert.equal(retried.headers.get("location"), "/admin?done=retried-handoff");
-    assert.equal(tries(), "0");
-    await relay();
-    assert.equal(await ops.scalar("SELECT count(*) FROM processed_events WHERE event_id = ?", id), 1);
-    assert.ok(Number(pg.scalar(`SELECT handed_off_at FROM webhook_outbox WHERE key = '${key}'`)) > 0);
-    const after = await (await api("handoff")).json();
-    assert.ok(!after.stuck_rows.some((row) => row.key === key));
-    assert.equal((await (await api("handoff/retry", { method: "POST" })).json()).retried, 0);
+    assert.equal(row.tries(), "0");
+    pg.query(`DELETE FROM webhook_outbox WHERE key = '${row.key}'`);
   });
 });
