@@ -11,7 +11,8 @@
 // one run after another (each is one minute's cron), until none is left or
 // 100 runs have gone. Prints rows per run, seconds per run, and what that
 // makes of the issue's outage: 180,000 events of two rows each (a ledger
-// row and a receipt's outbox row) at one run a minute.
+// row and a receipt's outbox row) at one run a minute, while events keep
+// arriving at that rate.
 import { join } from "node:path";
 import os from "node:os";
 import { existsSync, rmSync } from "node:fs";
@@ -52,7 +53,10 @@ try {
   console.log(`drain-bench: ${ROWS} rows waiting; ${runs.length} relay runs; ${inD1} ledger rows in D1; ${waiting()} left`);
   console.log(`  rows per run: ${perRun} (the first ${runs[0]?.rows}, the last ${runs.at(-1)?.rows})`);
   console.log(`  seconds per run: median ${seconds[Math.floor(seconds.length / 2)]}, max ${seconds.at(-1)}`);
-  console.log(`  an hour's outage at 50 events/s (${outage} rows): ${Math.ceil(outage / perRun)} runs, so about ${Math.ceil(outage / perRun)} minutes of cron`);
+  // Events keep coming meanwhile, and their rows pass through the relay too.
+  const arriving = 50 * 60 * 2;
+  const minutes = perRun > arriving ? Math.ceil(outage / (perRun - arriving)) : Infinity;
+  console.log(`  an hour's outage at 50 events/s (${outage} rows): ${Math.ceil(outage / perRun)} runs; with 50 events/s still arriving (${arriving} rows a minute), drained in about ${minutes} minutes of cron`);
 } finally {
   await w.dispose();
   rmSync(STATE_DIR, { recursive: true, force: true });
