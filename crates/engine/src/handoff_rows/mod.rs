@@ -219,7 +219,7 @@ fn from_json(values: Vec<Json>) -> Option<Vec<Value>> {
 }
 
 /// Copies `rows` to D1 now: what rides on no message. They stay unmarked
-/// in Postgres: the relay marks them, a thousand to a transaction, after
+/// in Postgres: the relay marks them, hundreds to a transaction, after
 /// copying them again (a no-op in D1), so that an event commits one
 /// transaction, not two. D1 refusing is logged and left to the relay: the
 /// event's effect has committed either way.

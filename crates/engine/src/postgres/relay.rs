@@ -1,6 +1,6 @@
 //! The cron relay: hands off to D1 what events committed in Postgres left
 //! unmarked (their rows rode to D1 on their queue messages, or were copied
-//! by the event, and the relay marks them, a thousand to a transaction, after
+//! by the event, and the relay marks them, hundreds to a transaction, after
 //! copying them again as a no-op), and what a message lost, D1 refusing,
 //! or an attempt cut short between its commit and its messages left.
 //! Rows are claimed with `FOR UPDATE SKIP LOCKED`, so that two runs never
@@ -37,9 +37,9 @@ const CLAIM_DUE: &str = "SELECT kind, key, params, source, event_id, tries FROM 
 
 /// How many rows one relay transaction claims: one D1 call, when D1 takes
 /// them all. A run's calls are few ([`CALLS`]), so this sets how fast a
-/// backlog drains: 28,000 rows a run (200 made 5,600: slower than 50
-/// events/s arrive; BENCHMARKS.md).
-const CLAIMED: i64 = 1_000;
+/// backlog drains: 5,600 rows a run (BENCHMARKS.md). More needs a claim
+/// sized by bytes, not rows: a row's payload has no cap.
+const CLAIMED: i64 = 200;
 
 /// How long a cron run hands off, batch after batch, before it leaves the
 /// rest to the next run (which may overlap it: they claim apart).
