@@ -69,7 +69,8 @@ pub async fn retry(env: &Env, settings: &Settings) -> Result<Option<i64>, PgErro
 /// The overview's section: nothing where nothing is handed off.
 #[cfg(feature = "dashboard")]
 pub fn section(handoff: &HandOff, forms: &str, now: i64) -> String {
-    use super::html::{action_button, code, escape, event_path, num, table, td, time};
+    use super::html::{action_button, code, escape, num, table, td, time};
+    use super::pages::event_link;
     let backlog = match handoff {
         HandOff::None => return String::new(),
         HandOff::Unavailable(e) => {
@@ -94,11 +95,7 @@ pub fn section(handoff: &HandOff, forms: &str, now: i64) -> String {
         .map(|r| {
             vec![
                 td(time(Some(r.created_at))),
-                td(format!(
-                    r#"<a href="{}"><code>{}</code></a>"#,
-                    escape(&event_path(&r.source, &r.event_id)),
-                    escape(&r.event_id)
-                )),
+                event_link(&r.source, &r.event_id),
                 td(escape(&r.kind)),
                 code(&r.key),
                 num(r.tries.into()),

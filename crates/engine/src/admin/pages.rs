@@ -33,7 +33,7 @@ fn requeue_button(key: &str, forms: &str) -> String {
     )
 }
 
-fn event_link(source: &str, id: &str) -> String {
+pub(super) fn event_link(source: &str, id: &str) -> String {
     td(format!(
         r#"<a href="{}"><code>{}</code></a>"#,
         escape(&event_path(source, id)),
