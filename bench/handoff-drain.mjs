@@ -4,7 +4,8 @@
 // D1, a real local Postgres behind the local Hyperdrive binding, through
 // the pooler.
 //
-//   make drain-bench      (BENCH_ROWS, default 60000)
+//   make drain-bench      (BENCH_ROWS, default 60000; BENCH_ROW_BYTES,
+//                          each row's event type padded to so many bytes)
 //
 // BENCH_ROWS ledger rows are written straight into `webhook_outbox`, as
 // events committed while D1 was down leave them, and the cron relay runs,
@@ -20,6 +21,7 @@ import { existsSync, rmSync } from "node:fs";
 import { freshDatabase, startPostgresWorker } from "../tests/support/postgres.mjs";
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 60_000);
+const ROW_BYTES = Number(process.env.BENCH_ROW_BYTES ?? 0);
 const RUNS_MAX = 100;
 const STATE_DIR = join(existsSync("/dev/shm") ? "/dev/shm" : os.tmpdir(), `webhooks-drain-${process.pid}`);
 const quiet = { handleRuntimeStdio: (out, err) => (out.resume(), err.resume()) };
@@ -33,7 +35,7 @@ const w = await startPostgresWorker(pg, { LOG_LEVEL: "warn", OUTBOX_RELAY_GRACE_
 try {
   pg.query(`INSERT INTO webhook_outbox (kind, key, source, event_id, params, created_at)
     SELECT 'ledger', 'stripe:evt_drain_' || g, 'stripe', 'evt_drain_' || g,
-      json_build_array('stripe', 'evt_drain_' || g, 'checkout.session.completed', 1, 2, NULL)::text, g
+      json_build_array('stripe', 'evt_drain_' || g, rpad('checkout.session.completed', greatest(${ROW_BYTES}, 26), '.'), 1, 2, NULL)::text, g
     FROM generate_series(1, ${ROWS}) AS g`);
   const waiting = () => Number(pg.scalar("SELECT count(*) FROM webhook_outbox WHERE handed_off_at IS NULL"));
   const worker = await w.mf.getWorker("webhooks");
@@ -50,7 +52,7 @@ try {
   const perRun = Math.round(full.reduce((sum, run) => sum + run.rows, 0) / full.length);
   const seconds = full.map((run) => run.seconds).sort((a, b) => a - b);
   const outage = 180_000 * 2;
-  console.log(`drain-bench: ${ROWS} rows waiting; ${runs.length} relay runs; ${inD1} ledger rows in D1; ${waiting()} left`);
+  console.log(`drain-bench: ${ROWS} rows waiting (${pg.scalar("SELECT avg(octet_length(params))::int FROM webhook_outbox")} bytes of values each); ${runs.length} relay runs; ${inD1} ledger rows in D1; ${waiting()} left`);
   console.log(`  rows per run: ${perRun} (the first ${runs[0]?.rows}, the last ${runs.at(-1)?.rows})`);
   console.log(`  seconds per run: median ${seconds[Math.floor(seconds.length / 2)]}, max ${seconds.at(-1)}`);
   // Events keep coming meanwhile, and their rows pass through the relay too.

@@ -30,16 +30,54 @@ use crate::settings::Settings;
 /// The relay's claim: rows past the grace period, the fewest failed tries
 /// first, then the oldest, skipping any another run (or an event's attempt)
 /// holds, and those it gave up on (see `tries`). A row D1 keeps refusing
-/// sinks behind the others. (Index `webhook_outbox_due`.)
-const CLAIM_DUE: &str = "SELECT kind, key, params, source, event_id, tries FROM webhook_outbox \
+/// sinks behind the others. (Index `webhook_outbox_due`.) It locks up to
+/// `$2` rows, and returns them in order up to `$4` bytes of values (the
+/// first row whatever its size): a row's payload has no cap, and a batch
+/// lives several times over in memory during its D1 call. Each row says how
+/// many were locked, so that a batch cut by bytes is not taken for the
+/// backlog's end.
+const CLAIM_DUE: &str = "WITH locked AS MATERIALIZED (\
+     SELECT kind, key, params, source, event_id, tries, created_at FROM webhook_outbox \
      WHERE handed_off_at IS NULL AND created_at <= $1 AND tries < $3 \
-     ORDER BY tries, created_at LIMIT $2 FOR UPDATE SKIP LOCKED";
+     ORDER BY tries, created_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
+     sized AS (SELECT *, count(*) OVER () AS locked, octet_length(params) AS bytes, \
+     sum(octet_length(params)) OVER (ORDER BY tries, created_at, kind, key \
+     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS upto FROM locked) \
+     SELECT kind, key, params, source, event_id, tries, locked FROM sized \
+     WHERE upto - bytes < $4 ORDER BY tries, created_at, kind, key";
 
-/// How many rows one relay transaction claims: one D1 call, when D1 takes
-/// them all. A run's calls are few ([`CALLS`]), so this sets how fast a
-/// backlog drains: 5,600 rows a run (BENCHMARKS.md). More needs a claim
-/// sized by bytes, not rows: a row's payload has no cap.
-const CLAIMED: i64 = 200;
+/// How much one relay transaction claims, when D1 takes it within its
+/// deadline: one D1 call for it all. A run's calls are few ([`CALLS`]), so
+/// this sets how fast a backlog drains (BENCHMARKS.md).
+const CLAIM: Size = Size {
+    rows: 1_000,
+    bytes: 1_000_000,
+};
+
+/// The least a claim shrinks to after D1 calls that outlast their deadline.
+const CLAIM_LEAST: Size = Size {
+    rows: 25,
+    bytes: 25_000,
+};
+
+/// How many rows, and how many bytes of their values, a batch claims.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Size {
+    rows: i64,
+    bytes: i64,
+}
+
+impl Size {
+    /// Half of it, down to [`CLAIM_LEAST`]: a batch D1 did not take before
+    /// its deadline is tried again smaller in the same run, so that a slow
+    /// D1 does not meet the same batch, unchanged, run after run.
+    fn halved(self) -> Size {
+        Size {
+            rows: (self.rows / 2).max(CLAIM_LEAST.rows),
+            bytes: (self.bytes / 2).max(CLAIM_LEAST.bytes),
+        }
+    }
+}
 
 /// How long a cron run hands off, batch after batch, before it leaves the
 /// rest to the next run (which may overlap it: they claim apart).
@@ -78,18 +116,23 @@ pub(crate) async fn run(env: &Env, settings: &Settings) {
 
 /// The cron relay: hands off the rows left past `grace_ms` (each event's
 /// rows, which its messages carried to D1, and any whose hand-off was cut
-/// short),
-/// [`CLAIMED`] at a time, until none is left or [`RELAY_BUDGET_MS`] is
-/// spent. Returns how many it handed off.
+/// short), a [`CLAIM`] at a time, until none is left or [`RELAY_BUDGET_MS`]
+/// is spent. Returns how many it handed off.
 async fn relay(env: &Env, settings: &Settings, grace_ms: i64) -> Result<usize, PgError> {
     let until = now_ms() + RELAY_BUDGET_MS;
-    let (mut sent, mut calls) = (0, CALLS);
+    let (mut sent, mut calls, mut size) = (0, CALLS, CLAIM);
     while calls > KEPT_CALLS {
-        let batch = relay_batch(env, settings, now_ms() - grace_ms, &mut calls).await?;
+        let due = now_ms() - grace_ms;
+        let batch = relay_batch(env, settings, due, size, &mut calls).await?;
         sent += batch.copied;
-        // A batch short of full, or one D1 did not take whole (D1 in
-        // trouble, or a row it refuses): the rest waits for the next run.
-        if batch.claimed < CLAIMED as usize || !batch.whole || now_ms() > until {
+        if batch.late && size != CLAIM_LEAST {
+            size = size.halved();
+        } else if batch.last || !batch.whole {
+            // The backlog's end, or D1 in trouble (a row it refuses, or
+            // late at the least size): the rest waits for the next run.
+            break;
+        }
+        if now_ms() > until {
             break;
         }
     }
@@ -98,17 +141,27 @@ async fn relay(env: &Env, settings: &Settings, grace_ms: i64) -> Result<usize, P
 
 /// What a batch came to.
 struct Batch {
-    claimed: usize,
+    /// Whether its claim found fewer rows than it could take, and read
+    /// them all: none was left past it.
+    last: bool,
     copied: usize,
     /// Whether D1 took every row read.
     whole: bool,
+    /// Whether a D1 call outlasted its deadline.
+    late: bool,
+}
+
+/// What [`copy`] came to: the rows D1 holds, and those it refused alone;
+/// any left untried (no call left, or D1 too slow: `late`) are neither.
+struct Copied {
+    copied: Vec<Row>,
+    refused: Vec<Row>,
+    late: bool,
 }
 
 /// Copies `rows` to D1, in bulk; where D1 refuses a copy, in halves, down to
 /// the rows it refuses alone, spending `calls`, each call within `until`.
-/// Returns the rows D1 holds, and those it refused alone; any left untried
-/// (no call left, or D1 too slow) are neither.
-async fn copy(db: &Db, rows: Vec<Row>, until: i64, calls: &mut usize) -> (Vec<Row>, Vec<Row>) {
+async fn copy(db: &Db, rows: Vec<Row>, until: i64, calls: &mut usize) -> Copied {
     let (mut copied, mut refused) = (Vec::new(), Vec::new());
     let mut parts = vec![rows];
     while let Some(mut part) = parts.pop() {
@@ -122,8 +175,16 @@ async fn copy(db: &Db, rows: Vec<Row>, until: i64, calls: &mut usize) -> (Vec<Ro
         let timeout = pin!(Delay::from(Duration::from_millis(left.unsigned_abs())));
         let result = match select(call, timeout).await {
             Either::Left((result, _)) => result,
-            // D1 too slow: not the rows' fault. They wait for the next run.
-            Either::Right(_) => return (copied, refused),
+            // D1 too slow: not the rows' fault. They wait for the next
+            // batch, a smaller one.
+            Either::Right(_) => {
+                let late = true;
+                return Copied {
+                    copied,
+                    refused,
+                    late,
+                };
+            }
         };
         match result {
             Ok(()) => copied.append(&mut part),
@@ -137,28 +198,34 @@ async fn copy(db: &Db, rows: Vec<Row>, until: i64, calls: &mut usize) -> (Vec<Ro
             }
         }
     }
-    (copied, refused)
+    let late = false;
+    Copied {
+        copied,
+        refused,
+        late,
+    }
 }
 
 /// One batch, in one transaction that holds its rows with `FOR UPDATE SKIP
 /// LOCKED`: claimed, copied to D1 (see [`copy`]), marked. A row D1 refuses
 /// alone (or one unreadable) counts a try (see `tries`), so that it cannot
-/// hold the others back. Returns how many rows it claimed, and how many it
-/// handed off.
+/// hold the others back.
 async fn relay_batch(
     env: &Env,
     settings: &Settings,
     due: i64,
+    size: Size,
     calls: &mut usize,
 ) -> Result<Batch, PgError> {
     // Well within the unit's deadline, so that what it learns (which rows
     // D1 takes, which it refuses) is kept.
     let until = now_ms() + 3_000;
     with_client(env, async |client: &Client| {
-        let claim: [(&(dyn ToSql + Sync), Type); 3] = [
+        let claim: [(&(dyn ToSql + Sync), Type); 4] = [
             (&due, Type::INT8),
-            (&CLAIMED, Type::INT8),
+            (&size.rows, Type::INT8),
             (&STUCK_TRIES, Type::INT4),
+            (&size.bytes, Type::INT8),
         ];
         let mut pipeline = Pipeline::new(client);
         let begun = begin(&mut pipeline);
@@ -166,7 +233,11 @@ async fn relay_batch(
         let mut answers = pipeline.answers().await;
         begun.check(&mut answers)?;
         let claimed = answers.take(claimed)?;
-        let count = claimed.len();
+        let locked = claimed
+            .first()
+            .and_then(|row| row.try_get::<_, i64>(6).ok());
+        let locked = locked.map_or(claimed.len(), |n| usize::try_from(n).unwrap_or(0));
+        let last = locked == claimed.len() && locked < usize::try_from(size.rows).unwrap_or(0);
         let about: Vec<Claimed> = claimed.iter().filter_map(Claimed::of).collect();
         let (rows, unreadable) = read_all(claimed);
         let db = Db::from_env(env)?;
@@ -174,7 +245,12 @@ async fn relay_batch(
         // The probe and the alert keep their calls and time: a batch that
         // spent them all would count no try, and claim the same rows again.
         let mut copy_calls = *calls - KEPT_CALLS;
-        let (copied, refused) = copy(&db, rows, until - KEPT_MS, &mut copy_calls).await;
+        let copy = copy(&db, rows, until - KEPT_MS, &mut copy_calls).await;
+        let Copied {
+            copied,
+            refused,
+            late,
+        } = copy;
         *calls = copy_calls + KEPT_CALLS;
         let whole = copied.len() == read;
         let tried = counted(&db, settings, &about, unreadable, &refused, until, calls).await;
@@ -205,10 +281,35 @@ async fn relay_batch(
         answers.take(tried)?;
         answers.take(committed)?;
         Ok(Batch {
-            claimed: count,
+            last,
             copied: copied.len(),
             whole,
+            late,
         })
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_halves_down_to_its_least() {
+        let mut size = CLAIM;
+        let mut sizes = vec![size];
+        while size != CLAIM_LEAST {
+            size = size.halved();
+            sizes.push(size);
+        }
+        assert_eq!(sizes.len(), 7);
+        assert_eq!(
+            sizes[1],
+            Size {
+                rows: 500,
+                bytes: 500_000
+            }
+        );
+        assert_eq!(size.halved(), CLAIM_LEAST);
+    }
 }
