@@ -272,16 +272,23 @@ describe("postgres: the hand-off relay", () => {
   });
 
   test("a claim is cut at a megabyte of values, and the run goes on past the cut", async () => {
+    const worker = await w.mf.getWorker("webhooks");
+    // What other tests left is handed off first.
+    await worker.scheduled({ cron: "* * * * *" });
     const id = uniqueId("evt");
-    // Three rows of 700 KB each, due before any other: the first claim
-    // locks them all and reads two (the second starts below 1 MB).
+    // Three rows of 700 KB each: each claim locks all three and reads the
+    // first left (two come to more than 1 MB).
     pg.query(`INSERT INTO webhook_outbox (kind, key, source, event_id, params, created_at)
       SELECT 'ledger', 'stripe:${id}_' || g, 'stripe', '${id}_' || g,
         json_build_array('stripe', '${id}_' || g, repeat('x', 700000), 1, 2, NULL)::text, -1
       FROM generate_series(1, 3) AS g`);
-    await (await w.mf.getWorker("webhooks")).scheduled({ cron: "* * * * *" });
+    const relayed = w.logged("handoff_relay").length;
+    await worker.scheduled({ cron: "* * * * *" });
     assert.equal(Number(pg.scalar(`SELECT count(*) FROM webhook_outbox WHERE event_id LIKE '${id}_%' AND handed_off_at IS NULL`)), 0);
     assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id LIKE ?", `${id}_%`), 3);
+    const [run] = w.logged("handoff_relay").slice(relayed);
+    assert.equal(run.sent, 3);
+    assert.equal(run.detail, "in 3 batches");
   });
 });
 

@@ -31,20 +31,21 @@ use crate::settings::Settings;
 /// first, then the oldest, skipping any another run (or an event's attempt)
 /// holds, and those it gave up on (see `tries`). A row D1 keeps refusing
 /// sinks behind the others. (Index `webhook_outbox_due`.) It locks up to
-/// `$2` rows, and returns them in order up to `$4` bytes of values (the
-/// first row whatever its size): a row's payload has no cap, and a batch
-/// lives several times over in memory during its D1 call. Each row says how
-/// many were locked, so that a batch cut by bytes is not taken for the
-/// backlog's end.
+/// `$2` rows, and returns them in order while their values come to at most
+/// `$4` bytes (the first row whatever its size): a row's payload has no
+/// cap, and a batch lives several times over in memory during its D1 call.
+/// Each row says how many were locked, so that a batch cut by bytes is not
+/// taken for the backlog's end.
 const CLAIM_DUE: &str = "WITH locked AS MATERIALIZED (\
      SELECT kind, key, params, source, event_id, tries, created_at FROM webhook_outbox \
      WHERE handed_off_at IS NULL AND created_at <= $1 AND tries < $3 \
      ORDER BY tries, created_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
-     sized AS (SELECT *, count(*) OVER () AS locked, octet_length(params) AS bytes, \
-     sum(octet_length(params)) OVER (ORDER BY tries, created_at, kind, key \
-     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS upto FROM locked) \
+     sized AS (SELECT *, count(*) OVER () AS locked, \
+     row_number() OVER claimed AS nth, sum(octet_length(params)) OVER claimed AS upto \
+     FROM locked WINDOW claimed AS (ORDER BY tries, created_at, kind, key \
+     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) \
      SELECT kind, key, params, source, event_id, tries, locked FROM sized \
-     WHERE upto - bytes < $4 ORDER BY tries, created_at, kind, key";
+     WHERE nth = 1 OR upto <= $4 ORDER BY nth";
 
 /// How much one relay transaction claims, when D1 takes it within its
 /// deadline: one D1 call for it all. A run's calls are few ([`CALLS`]), so
@@ -54,11 +55,11 @@ const CLAIM: Size = Size {
     bytes: 1_000_000,
 };
 
-/// The least a claim shrinks to after D1 calls that outlast their deadline.
-const CLAIM_LEAST: Size = Size {
-    rows: 25,
-    bytes: 25_000,
-};
+/// How many times a run halves its claim after D1 calls that outlast
+/// their deadline (down to 125 rows): then it stops, since each such batch
+/// holds its rows for its whole deadline, and a D1 that is slow whatever
+/// the size is not helped by more.
+const HALVINGS: usize = 3;
 
 /// How many rows, and how many bytes of their values, a batch claims.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,13 +69,13 @@ struct Size {
 }
 
 impl Size {
-    /// Half of it, down to [`CLAIM_LEAST`]: a batch D1 did not take before
-    /// its deadline is tried again smaller in the same run, so that a slow
-    /// D1 does not meet the same batch, unchanged, run after run.
+    /// Half of it: a batch D1 did not take before its deadline is tried
+    /// again smaller in the same run, so that a D1 slowed by the batch's
+    /// size does not meet the same batch, unchanged, run after run.
     fn halved(self) -> Size {
         Size {
-            rows: (self.rows / 2).max(CLAIM_LEAST.rows),
-            bytes: (self.bytes / 2).max(CLAIM_LEAST.bytes),
+            rows: (self.rows / 2).max(1),
+            bytes: (self.bytes / 2).max(1),
         }
     }
 }
@@ -106,8 +107,11 @@ pub(crate) async fn run(env: &Env, settings: &Settings) {
         return;
     };
     match relay(env, settings, outbox.relay_grace_ms).await {
-        Ok(0) => {}
-        Ok(sent) => log::info(&Line::new("handoff_relay").sent(sent)),
+        Ok((0, _)) => {}
+        Ok((sent, batches)) => {
+            let line = Line::new("handoff_relay").sent(sent);
+            log::info(&line.detail(format!("in {batches} batches")));
+        }
         // Logged once per isolate, as `store_behind`, naming the migration.
         Err(PgError::Behind(_)) => {}
         Err(e) => log::error(&Line::new("handoff_relay_failed").error(e.message())),
@@ -117,26 +121,27 @@ pub(crate) async fn run(env: &Env, settings: &Settings) {
 /// The cron relay: hands off the rows left past `grace_ms` (each event's
 /// rows, which its messages carried to D1, and any whose hand-off was cut
 /// short), a [`CLAIM`] at a time, until none is left or [`RELAY_BUDGET_MS`]
-/// is spent. Returns how many it handed off.
-async fn relay(env: &Env, settings: &Settings, grace_ms: i64) -> Result<usize, PgError> {
+/// is spent. Returns how many rows it handed off, in how many batches.
+async fn relay(env: &Env, settings: &Settings, grace_ms: i64) -> Result<(usize, usize), PgError> {
     let until = now_ms() + RELAY_BUDGET_MS;
-    let (mut sent, mut calls, mut size) = (0, CALLS, CLAIM);
+    let (mut sent, mut batches, mut calls) = (0, 0, CALLS);
+    let (mut size, mut halvings) = (CLAIM, HALVINGS);
     while calls > KEPT_CALLS {
         let due = now_ms() - grace_ms;
         let batch = relay_batch(env, settings, due, size, &mut calls).await?;
-        sent += batch.copied;
-        if batch.late && size != CLAIM_LEAST {
-            size = size.halved();
+        (sent, batches) = (sent + batch.copied, batches + 1);
+        if batch.late && halvings > 0 {
+            (size, halvings) = (size.halved(), halvings - 1);
         } else if batch.last || !batch.whole {
             // The backlog's end, or D1 in trouble (a row it refuses, or
-            // late at the least size): the rest waits for the next run.
+            // late after halving): the rest waits for the next run.
             break;
         }
         if now_ms() > until {
             break;
         }
     }
-    Ok(sent)
+    Ok((sent, batches))
 }
 
 /// What a batch came to.
@@ -218,7 +223,8 @@ async fn relay_batch(
     calls: &mut usize,
 ) -> Result<Batch, PgError> {
     // Well within the unit's deadline, so that what it learns (which rows
-    // D1 takes, which it refuses) is kept.
+    // D1 takes, which it refuses) is kept. A slow claim leaves the copy less
+    // time, and the next batch, halved, a smaller claim.
     let until = now_ms() + 3_000;
     with_client(env, async |client: &Client| {
         let claim: [(&(dyn ToSql + Sync), Type); 4] = [
@@ -233,10 +239,8 @@ async fn relay_batch(
         let mut answers = pipeline.answers().await;
         begun.check(&mut answers)?;
         let claimed = answers.take(claimed)?;
-        let locked = claimed
-            .first()
-            .and_then(|row| row.try_get::<_, i64>(6).ok());
-        let locked = locked.map_or(claimed.len(), |n| usize::try_from(n).unwrap_or(0));
+        let locked = claimed.first().map(|row| row.try_get::<_, i64>(6));
+        let locked = usize::try_from(locked.transpose()?.unwrap_or(0)).unwrap_or(0);
         let last = locked == claimed.len() && locked < usize::try_from(size.rows).unwrap_or(0);
         let about: Vec<Claimed> = claimed.iter().filter_map(Claimed::of).collect();
         let (rows, unreadable) = read_all(claimed);
@@ -295,21 +299,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_claim_halves_down_to_its_least() {
+    fn a_claim_halves_to_an_eighth_at_most() {
         let mut size = CLAIM;
-        let mut sizes = vec![size];
-        while size != CLAIM_LEAST {
+        for _ in 0..HALVINGS {
             size = size.halved();
-            sizes.push(size);
         }
-        assert_eq!(sizes.len(), 7);
         assert_eq!(
-            sizes[1],
+            size,
             Size {
-                rows: 500,
-                bytes: 500_000
+                rows: 125,
+                bytes: 125_000
             }
         );
-        assert_eq!(size.halved(), CLAIM_LEAST);
     }
 }
