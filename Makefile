@@ -21,7 +21,7 @@ STOP_TEST_CLUSTER := PG_CLUSTER=postgres-test $(if $(PG_DIR),PG_DIR=$(PG_DIR)-te
 # The build whose effects may commit in Postgres (docs/postgres.md).
 POSTGRES := stripe,github,standard-webhooks,shopify,slack,linear,paddle,twilio,generic-hmac,admin,dashboard,postgres
 
-.PHONY: dev sink test test-copies setup setup-test setup-template build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench drain-bench semver-check upgrade-drill store effect-bench copy-bench
+.PHONY: dev sink test test-copies setup setup-test setup-template build build-minimal build-postgres lint unit config-check e2e bench costs forward-bench bodies fuzz-props fuzz soak deploy migrate upgrade template-check sizes gateway-bench dev-bench profile relay-bench store-bench drain-bench proxy-bench semver-check upgrade-drill store effect-bench copy-bench
 
 ## Serve the worker on http://localhost:$(PORT) with local D1, Durable
 ## Objects and Queues (state in .wrangler/), secrets from .dev.vars, and the
@@ -230,6 +230,14 @@ store-bench: setup build-postgres
 drain-bench: setup build-postgres
 	sh scripts/setup.sh --with-postgres
 	node bench/handoff-drain.mjs
+
+# needs: everything
+## One new event at a time on Postgres through the local Hyperdrive proxy,
+## its sockets with TCP_NODELAY (scripts/hyperdrive-guard.cjs) and without:
+## p50, p90 and mean ms (the template's BENCHMARKS.md).
+proxy-bench: setup build-postgres
+	sh scripts/setup.sh --with-postgres
+	node bench/proxy-latency.mjs
 
 # needs: everything
 ## Billable operations per distinct event, duplicate, side effect, forwarded
