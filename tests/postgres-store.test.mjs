@@ -138,3 +138,18 @@ test("STORE = postgres without its Hyperdrive binding: 500 misconfigured naming 
     await worker.dispose();
   }
 });
+
+test(`${FIRST}: a local connection string with sslmode=prefer (the proxy asks for TLS, is told no, connects again): applied`, async () => {
+  const url = new URL(pg.url);
+  url.searchParams.set("sslmode", "prefer");
+  const worker = await startPostgresWorker(pg, SOURCE_SECRETS, { hyperdrives: { HYPERDRIVE: url.href } });
+  try {
+    const before = ledger();
+    const reply = await send(worker, FIRST, eventOf(FIRST));
+    assert.equal(reply.status, 200, JSON.stringify(reply.body));
+    assert.equal(reply.body.outcome, "processed");
+    assert.equal(ledger(), before + 1);
+  } finally {
+    await worker.dispose();
+  }
+});
