@@ -3,32 +3,35 @@
 // from the worker to Postgres with no error handlers: a database that is
 // down (ECONNREFUSED), restarting (ECONNRESET), or a request that ends while
 // Postgres still sends (EPIPE) throws, and ends the whole local runtime.
-// Here each socket the proxy's handler opens to Postgres, and the worker's
-// socket it serves, get an error handler that closes both, so the worker
-// sees its connection close and answers 503. No other socket is touched.
-// Fixed upstream in wrangler 4.87 (workers-sdk #13390), which needs Node 22.
-// Both sockets also send at once (TCP_NODELAY): with Nagle's algorithm, as
-// the proxy leaves them, each new event waited about 40 ms more for
-// Postgres's small answers (the template's BENCHMARKS.md).
+// Here each pair of sockets the proxy makes (an accepted one, and the one
+// its handler opens to Postgres at once) gets an error handler that closes
+// both, so the worker sees its connection close and answers 503. Only a
+// socket a server's handler opens is touched (the proxy's are the only
+// ones in `make dev`). Fixed upstream in wrangler 4.87 (workers-sdk
+// #13390), which needs Node 22.
+// Both sockets of a pair also send at once (TCP_NODELAY): with Nagle's
+// algorithm, as the proxy leaves them, each new event waited about 40 ms
+// more for Postgres's small answers (the template's BENCHMARKS.md).
 // needs: postgres
 "use strict";
 const net = require("node:net");
-const { AsyncLocalStorage } = require("node:async_hooks");
 
 let noted = 0;
-/** The worker's socket whose handler runs, through the handler's awaits. */
-const serving = new AsyncLocalStorage();
+let accepted = null;
 /**
- * The socket to Postgres each worker's socket is piped to now: with
- * `sslmode=prefer` the proxy asks Postgres for TLS on one, and on a "no"
- * closes it and opens another.
+ * The accepted socket whose socket to Postgres the proxy has just closed
+ * before reading from it: with `sslmode=prefer`, told no TLS, it opens
+ * another in the same tick, which is guarded as the first was.
  */
+let replacing = null;
+/** The socket to Postgres each accepted socket is piped to now. */
 const piped = new WeakMap();
 
 const connect = net.connect;
 net.connect = net.createConnection = function (...args) {
   const socket = connect.apply(this, args);
-  const client = serving.getStore();
+  const client = accepted ?? replacing;
+  replacing = null;
   if (client) guard(client, socket);
   return socket;
 };
@@ -37,6 +40,7 @@ net.connect = net.createConnection = function (...args) {
 function guard(client, database) {
   const first = !piped.has(client);
   piped.set(client, database);
+  if (client.destroyed) database.destroy();
   client.setNoDelay(true);
   database.setNoDelay(true);
   const close = (error) => {
@@ -44,13 +48,28 @@ function guard(client, database) {
     client.destroy();
     piped.get(client)?.destroy();
   };
-  if (first) client.on("error", close);
+  if (first) {
+    client.on("error", close);
+    client.once("close", () => piped.get(client)?.destroy());
+  }
   database.on("error", (error) => (piped.get(client) === database ? close(error) : database.destroy()));
   // What Postgres said last (a FATAL on a shutdown, a refused password)
   // still reaches the worker; a socket the proxy replaced ends nothing.
   database.on("close", () => {
     if (piped.get(client) === database) client.end();
   });
+  const destroy = database.destroy;
+  database.destroy = function (...args) {
+    // The proxy's own close, never an error's, nor the end of a stream.
+    const replaced = args.length === 0 && !database.readableEnded && !client.destroyed;
+    if (replaced && piped.get(client) === database) {
+      replacing = client;
+      queueMicrotask(() => {
+        if (replacing === client) replacing = null;
+      });
+    }
+    return destroy.apply(this, args);
+  };
 }
 
 const createServer = net.createServer;
@@ -58,5 +77,12 @@ net.createServer = function (...args) {
   const handler = args.findLast((arg) => typeof arg === "function");
   if (!handler) return createServer.apply(this, args);
   const rest = args.filter((arg) => arg !== handler);
-  return createServer.call(this, ...rest, (socket) => serving.run(socket, () => handler(socket)));
+  return createServer.call(this, ...rest, function (socket) {
+    accepted = socket;
+    try {
+      return handler.call(this, socket);
+    } finally {
+      accepted = null;
+    }
+  });
 };

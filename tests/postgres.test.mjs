@@ -286,9 +286,10 @@ describe("postgres: the hand-off relay", () => {
     await worker.scheduled({ cron: "* * * * *" });
     assert.equal(Number(pg.scalar(`SELECT count(*) FROM webhook_outbox WHERE event_id LIKE '${id}_%' AND handed_off_at IS NULL`)), 0);
     assert.equal(await w.scalar("SELECT count(*) FROM processed_events WHERE event_id LIKE ?", `${id}_%`), 3);
+    // One batch a row: more only if a D1 call ran late and halved a claim.
     const [run] = w.logged("handoff_relay").slice(relayed);
     assert.equal(run.sent, 3);
-    assert.equal(run.detail, "in 3 batches");
+    assert.ok(Number(run.detail.match(/^in (\d+) batch/)[1]) >= 3, run.detail);
   });
 });
 

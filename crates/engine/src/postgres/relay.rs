@@ -110,7 +110,8 @@ pub(crate) async fn run(env: &Env, settings: &Settings) {
         Ok((0, _)) => {}
         Ok((sent, batches)) => {
             let line = Line::new("handoff_relay").sent(sent);
-            log::info(&line.detail(format!("in {batches} batches")));
+            let plural = if batches == 1 { "" } else { "es" };
+            log::info(&line.detail(format!("in {batches} batch{plural}")));
         }
         // Logged once per isolate, as `store_behind`, naming the migration.
         Err(PgError::Behind(_)) => {}
