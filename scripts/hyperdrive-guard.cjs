@@ -19,27 +19,33 @@ const net = require("node:net");
 let noted = 0;
 let accepted = null;
 /**
- * The accepted socket whose socket to Postgres the proxy has just closed
- * before reading from it: with `sslmode=prefer`, told no TLS, it opens
- * another in the same tick, which is guarded as the first was.
+ * The accepted socket whose socket to Postgres was just closed before its
+ * end: with `sslmode=prefer`, told no TLS, the proxy opens another to the
+ * same address in the same tick, which is guarded as the first was.
  */
 let replacing = null;
-/** The socket to Postgres each accepted socket is piped to now. */
+/** The socket to Postgres each accepted socket is piped to now, and its address. */
 const piped = new WeakMap();
+const targets = new WeakMap();
+
+/** The address `net.connect` was given, as `host:port`. */
+const target = ([first, second]) => (typeof first === "object" && first ? `${first.host}:${first.port}` : `${second}:${first}`);
 
 const connect = net.connect;
 net.connect = net.createConnection = function (...args) {
   const socket = connect.apply(this, args);
-  const client = accepted ?? replacing;
+  const again = replacing && targets.get(replacing) === target(args) ? replacing : null;
+  const client = accepted ?? again;
   replacing = null;
-  if (client) guard(client, socket);
+  if (client) guard(client, socket, target(args));
   return socket;
 };
 
 /** Closes both sockets of a proxied pair on an error of either. */
-function guard(client, database) {
+function guard(client, database, address) {
   const first = !piped.has(client);
   piped.set(client, database);
+  targets.set(client, address);
   if (client.destroyed) database.destroy();
   client.setNoDelay(true);
   database.setNoDelay(true);
@@ -60,7 +66,8 @@ function guard(client, database) {
   });
   const destroy = database.destroy;
   database.destroy = function (...args) {
-    // The proxy's own close, never an error's, nor the end of a stream.
+    // Not an error's, nor the end of a stream: the proxy's own close (or
+    // TLS's, over it), which only a connect to the same address follows.
     const replaced = args.length === 0 && !database.readableEnded && !client.destroyed;
     if (replaced && piped.get(client) === database) {
       replacing = client;
