@@ -6,7 +6,7 @@
 //
 //   make proxy-bench      (BENCH_EVENTS, default 200)
 import { spawnSync } from "node:child_process";
-import net from "node:net";
+import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 200);
@@ -29,32 +29,10 @@ const { freshDatabase, startPostgresWorker } = await import("../tests/support/po
 const { checkoutCompleted, stripeHeaders, uniqueId } = await import("../tests/support/sign.mjs");
 const { SECRETS } = await import("../tests/support/worker.mjs");
 
-// As the proxy leaves its sockets: once the guard (loaded above) has set
-// TCP_NODELAY on the pair a connection's handler makes, it is unset. No
-// other socket changes (the bench's own HTTP client keeps its own).
-if (mode === "nagle") {
-  const { connect, createServer } = net;
-  let serving = null;
-  net.connect = net.createConnection = function (...args) {
-    const socket = connect.apply(this, args);
-    const client = serving;
-    if (client) queueMicrotask(() => [client, socket].forEach((s) => s.setNoDelay(false)));
-    return socket;
-  };
-  net.createServer = function (...args) {
-    const handler = args.findLast((arg) => typeof arg === "function");
-    if (!handler) return createServer.apply(this, args);
-    const rest = args.filter((arg) => arg !== handler);
-    return createServer.call(this, ...rest, (socket) => {
-      serving = socket;
-      try {
-        return handler(socket);
-      } finally {
-        serving = null;
-      }
-    });
-  };
-}
+// As the proxy leaves its sockets: the guard (loaded above) does not set
+// TCP_NODELAY on them. No other socket changes (the bench's own HTTP
+// client keeps its own).
+if (mode === "nagle") createRequire(import.meta.url)("../scripts/hyperdrive-guard.cjs").noDelay = false;
 
 const pg = freshDatabase();
 const quiet = { handleRuntimeStdio: (out, err) => (out.resume(), err.resume()) };

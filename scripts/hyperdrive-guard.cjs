@@ -28,6 +28,9 @@ let replacing = null;
 const piped = new WeakMap();
 const targets = new WeakMap();
 
+/** Whether a pair sends at once; `make proxy-bench` sets it false to measure the proxy as it is. */
+exports.noDelay = true;
+
 /** The address `net.connect` was given, as `host:port`. */
 const target = ([first, second]) => (typeof first === "object" && first ? `${first.host}:${first.port}` : `${second}:${first}`);
 
@@ -47,8 +50,8 @@ function guard(client, database, address) {
   piped.set(client, database);
   targets.set(client, address);
   if (client.destroyed) database.destroy();
-  client.setNoDelay(true);
-  database.setNoDelay(true);
+  client.setNoDelay(exports.noDelay);
+  database.setNoDelay(exports.noDelay);
   const close = (error) => {
     if (noted++ < 3) console.error(`[hyperdrive-guard] the local Hyperdrive proxy's connection: ${error.code ?? error.message}`);
     client.destroy();

@@ -184,12 +184,11 @@ async fn copy(db: &Db, rows: Vec<Row>, until: i64, calls: &mut usize) -> Copied 
             // D1 too slow: not the rows' fault. They wait for the next
             // batch, a smaller one.
             Either::Right(_) => {
-                let late = true;
                 return Copied {
                     copied,
                     refused,
-                    late,
-                };
+                    late: true,
+                }
             }
         };
         match result {
@@ -204,11 +203,10 @@ async fn copy(db: &Db, rows: Vec<Row>, until: i64, calls: &mut usize) -> Copied 
             }
         }
     }
-    let late = false;
     Copied {
         copied,
         refused,
-        late,
+        late: false,
     }
 }
 
