@@ -28,7 +28,7 @@ let replacing = null;
 const piped = new WeakMap();
 const targets = new WeakMap();
 
-/** Whether a pair sends at once; `make proxy-bench` sets it false to measure the proxy as it is. */
+/** Whether a pair sends at once; a benchmark sets it false, to measure the proxy as it is. */
 exports.noDelay = true;
 
 /** The address `net.connect` was given, as `host:port`. */
